@@ -1,0 +1,61 @@
+// Package kv defines the small versioned key-value contract every ipkeeper
+// datastore backend implements. The allocator keeps all of its state as
+// values under string keys and writes them only through Txn, a
+// compare-and-swap transaction over one or more keys, so one allocation is
+// one atomic write on every backend.
+package kv
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrConflict is returned by Txn when a condition did not hold; nothing was
+// written and the caller may re-read and retry.
+var ErrConflict = errors.New("kv: condition failed")
+
+// ErrUnavailable wraps failures to reach or use the datastore (connection
+// refused, timeouts, a lock that could not be taken in time). The plugin
+// maps it to CNI error 11 (try again later).
+var ErrUnavailable = errors.New("kv: datastore unavailable")
+
+// KeyValue is one stored entry. Version is 0 when the key does not exist
+// and otherwise a positive number that changes on every write of the key
+// (a modification revision).
+type KeyValue struct {
+	Key     string
+	Value   []byte
+	Version int64
+}
+
+// Cond requires Key to be at Version when the transaction commits.
+// Version 0 means the key must not exist.
+type Cond struct {
+	Key     string
+	Version int64
+}
+
+// Op is one write of a transaction: a put of Value, or a delete.
+type Op struct {
+	Key    string
+	Value  []byte
+	Delete bool
+}
+
+// Store is a versioned key-value datastore.
+//
+// Implementations must make Txn atomic and durable: when it returns nil,
+// every Op is applied and survives a crash; when it returns an error, none
+// is. Keys are arbitrary non-empty strings without NUL bytes.
+type Store interface {
+	// Get returns one entry per key, in the order asked. A missing key
+	// yields an entry with that Key, nil Value and Version 0.
+	Get(ctx context.Context, keys ...string) ([]KeyValue, error)
+	// List returns every entry whose key starts with prefix, sorted by key.
+	List(ctx context.Context, prefix string) ([]KeyValue, error)
+	// Txn applies ops if every cond holds, atomically. It returns an error
+	// wrapping ErrConflict when a cond fails.
+	Txn(ctx context.Context, conds []Cond, ops []Op) error
+	// Close releases the store (and any lock it holds).
+	Close() error
+}
