@@ -1,0 +1,67 @@
+# ipkeeper build, test and demo entry points. `make test` is the one test
+# command used by the README and by CI (.ci/run).
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO          ?= go
+TOOLS_BIN   := $(CURDIR)/.tools/bin
+BIN         := $(CURDIR)/bin
+
+CNI_PLUGINS_VERSION := v1.9.1
+CNITOOL_VERSION     := v1.3.1
+STATICCHECK_VERSION := v0.8.2
+
+CNI_PLUGINS := bridge loopback host-local
+CNI_PLUGIN_PKG_bridge     := github.com/containernetworking/plugins/plugins/main/bridge
+CNI_PLUGIN_PKG_loopback   := github.com/containernetworking/plugins/plugins/main/loopback
+CNI_PLUGIN_PKG_host-local := github.com/containernetworking/plugins/plugins/ipam/host-local
+
+TOOLS := $(addprefix $(TOOLS_BIN)/,$(CNI_PLUGINS) cnitool staticcheck)
+
+TEST_TIMEOUT ?= 60m
+BENCH_N      ?= 300
+
+.PHONY: all build tools test vet staticcheck gotest demo bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+tools: $(TOOLS)
+
+$(TOOLS_BIN)/bridge $(TOOLS_BIN)/loopback $(TOOLS_BIN)/host-local:
+	@mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) $(GO) install $(CNI_PLUGIN_PKG_$(notdir $@))@$(CNI_PLUGINS_VERSION)
+
+$(TOOLS_BIN)/cnitool:
+	@mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) $(GO) install github.com/containernetworking/cni/cnitool@$(CNITOOL_VERSION)
+
+$(TOOLS_BIN)/staticcheck:
+	@mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+vet:
+	$(GO) vet ./...
+
+staticcheck: $(TOOLS_BIN)/staticcheck
+	$(TOOLS_BIN)/staticcheck ./...
+
+gotest:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test: tools build
+	$(MAKE) --no-print-directory vet
+	$(MAKE) --no-print-directory staticcheck
+	$(MAKE) --no-print-directory gotest
+
+demo: build
+	BIN=$(BIN) scripts/demo.sh
+
+bench: build $(TOOLS_BIN)/host-local
+	$(GO) run ./test/bench/cmd/procbench -ipkeeper $(BIN)/ipkeeper -host-local $(TOOLS_BIN)/host-local -n $(BENCH_N)
+
+clean:
+	rm -rf $(BIN)
