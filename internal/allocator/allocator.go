@@ -1,0 +1,69 @@
+// Package allocator runs the pure allocation core (package ipam) against a
+// datastore (kv.Store). Every allocation and every release is one
+// compare-and-swap transaction over the blocks and the handle it touches;
+// a conflict re-reads and retries with jittered backoff.
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// Allocator allocates and releases addresses in a datastore.
+type Allocator struct {
+	store kv.Store
+	log   *slog.Logger
+	// MaxAttempts bounds the transaction attempts of one operation.
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff bound the jittered wait between attempts.
+	BaseBackoff, MaxBackoff time.Duration
+	// Now is the clock used for handle timestamps.
+	Now func() time.Time
+}
+
+// New returns an allocator over store. A nil logger discards logs.
+func New(store kv.Store, log *slog.Logger) *Allocator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Allocator{
+		store:       store,
+		log:         log,
+		MaxAttempts: 100,
+		BaseBackoff: time.Millisecond,
+		MaxBackoff:  50 * time.Millisecond,
+		Now:         time.Now,
+	}
+}
+
+// Store returns the datastore the allocator works on.
+func (a *Allocator) Store() kv.Store { return a.store }
+
+// retry runs attempt until it returns something other than a kv conflict,
+// waiting a jittered, growing backoff between attempts.
+func (a *Allocator) retry(ctx context.Context, op string, attempt func() error) error {
+	wait := a.BaseBackoff
+	for i := 1; ; i++ {
+		err := attempt()
+		if !errors.Is(err, kv.ErrConflict) {
+			return err
+		}
+		if i >= a.MaxAttempts {
+			return fmt.Errorf("%s: %w after %d attempts", op, ErrContended, i)
+		}
+		a.log.Debug("conflict, retrying", "op", op, "attempt", i)
+		d := wait/2 + rand.N(wait/2+1)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w: %w", op, ErrContended, ctx.Err())
+		case <-time.After(d):
+		}
+		wait = min(wait*2, a.MaxBackoff)
+	}
+}

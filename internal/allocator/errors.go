@@ -1,0 +1,25 @@
+package allocator
+
+import "errors"
+
+// Sentinel errors of the allocator. The plugin maps them to CNI codes.
+var (
+	// ErrExhausted means no pool of a range set has a free address (CNI 100).
+	ErrExhausted = errors.New("pool exhausted")
+	// ErrNoPool means no pool of a range set may be used on this node (CNI 101).
+	ErrNoPool = errors.New("no pool usable on this node")
+	// ErrAddrUnavailable means a requested address is taken (CNI 102).
+	ErrAddrUnavailable = errors.New("requested address not available")
+	// ErrContended means the retry budget ran out on conflicts (CNI 11).
+	ErrContended = errors.New("datastore contended past the retry budget")
+	// ErrPoolNotFound means a named pool does not exist.
+	ErrPoolNotFound = errors.New("pool not found")
+	// ErrPoolConflict means a pool exists with another definition.
+	ErrPoolConflict = errors.New("pool exists with a different definition")
+	// ErrPoolInUse means a pool still has allocations.
+	ErrPoolInUse = errors.New("pool has addresses in use")
+	// ErrNotAllocated means an address is not allocated.
+	ErrNotAllocated = errors.New("address not allocated")
+	// ErrCorrupt means a stored value could not be decoded.
+	ErrCorrupt = errors.New("corrupt datastore value")
+)

@@ -1,0 +1,73 @@
+package allocator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// The datastore layout. Every key is relative to the backend's prefix.
+const (
+	poolPrefix     = "pools/"
+	blockPrefix    = "blocks/"
+	affinityPrefix = "affinity/"
+	handlePrefix   = "handles/"
+)
+
+// PoolKey is the key of a pool definition.
+func PoolKey(name string) string { return poolPrefix + name }
+
+// BlockKey is the key of block cidr of pool.
+func BlockKey(pool string, cidr netip.Prefix) string {
+	return blockPrefix + pool + "/" + blockName(cidr)
+}
+
+// AffinityKey is the key recording that node claimed block cidr of pool.
+func AffinityKey(node, pool string, cidr netip.Prefix) string {
+	return affinityPrefix + node + "/" + pool + "/" + blockName(cidr)
+}
+
+// HandleKey is the key of a handle.
+func HandleKey(id string) string { return handlePrefix + id }
+
+func blockName(cidr netip.Prefix) string {
+	return strings.Replace(cidr.String(), "/", "-", 1)
+}
+
+// parseAffinityKey splits an affinity key into pool and block prefix.
+func parseAffinityKey(node, key string) (pool string, cidr netip.Prefix, ok bool) {
+	rest, found := strings.CutPrefix(key, affinityPrefix+node+"/")
+	if !found {
+		return "", netip.Prefix{}, false
+	}
+	pool, name, found := strings.Cut(rest, "/")
+	if !found {
+		return "", netip.Prefix{}, false
+	}
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return "", netip.Prefix{}, false
+	}
+	cidr, err := netip.ParsePrefix(name[:i] + "/" + name[i+1:])
+	return pool, cidr, err == nil
+}
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain data types are encoded here; failure is a programming error.
+		panic(fmt.Sprintf("allocator: encode %T: %v", v, err))
+	}
+	return b
+}
+
+func decode[T any](e kv.KeyValue) (T, error) {
+	var v T
+	if err := json.Unmarshal(e.Value, &v); err != nil {
+		return v, fmt.Errorf("%w: %s: %v", ErrCorrupt, e.Key, err)
+	}
+	return v, nil
+}

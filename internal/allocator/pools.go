@@ -1,0 +1,142 @@
+package allocator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// EnsurePool creates pool if it does not exist and returns the stored
+// pool. An existing pool with the same definition is returned as is; one
+// created by an import takes the given definition (its first config); any
+// other difference fails with ErrPoolConflict, changing nothing.
+func (a *Allocator) EnsurePool(ctx context.Context, pool ipam.Pool) (ipam.Pool, error) {
+	if err := pool.Validate(); err != nil {
+		return ipam.Pool{}, err
+	}
+	var out ipam.Pool
+	err := a.retry(ctx, "ensure pool "+pool.Name, func() error {
+		es, err := a.store.Get(ctx, PoolKey(pool.Name))
+		if err != nil {
+			return err
+		}
+		e := es[0]
+		if e.Version != 0 {
+			stored, err := decode[ipam.Pool](e)
+			if err != nil {
+				return err
+			}
+			switch {
+			case stored.SameDefinition(pool):
+				out = stored
+				return nil
+			case stored.Origin != "import" || stored.CIDR != pool.CIDR || stored.BlockSize != pool.BlockSize:
+				return fmt.Errorf("%w: pool %q is stored as %s, the config asks for %s; remove it with 'ipkeeperctl pool rm %s' once it is empty, or use another range",
+					ErrPoolConflict, pool.Name, describe(stored), describe(pool), pool.Name)
+			}
+		}
+		out = pool
+		return a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: encode(pool)}})
+	})
+	return out, err
+}
+
+func describe(p ipam.Pool) string {
+	s := fmt.Sprintf("%s blocks /%d", p.CIDR, p.BlockSize)
+	if p.RangeStart.IsValid() || p.RangeEnd.IsValid() {
+		s += fmt.Sprintf(" range %v-%v", p.RangeStart, p.RangeEnd)
+	}
+	if p.Gateway.IsValid() {
+		s += " gateway " + p.Gateway.String()
+	}
+	if len(p.Exclude) > 0 {
+		s += fmt.Sprintf(" exclude %v", p.Exclude)
+	}
+	return s
+}
+
+// CreatePool stores a new pool; it fails with ErrPoolConflict when a pool
+// of that name exists.
+func (a *Allocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
+	if err := pool.Validate(); err != nil {
+		return err
+	}
+	err := a.store.Txn(ctx, []kv.Cond{{Key: PoolKey(pool.Name), Version: 0}},
+		[]kv.Op{{Key: PoolKey(pool.Name), Value: encode(pool)}})
+	if err != nil && isConflict(err) {
+		return fmt.Errorf("%w: pool %q already exists", ErrPoolConflict, pool.Name)
+	}
+	return err
+}
+
+// DeletePool removes a pool with its (empty) blocks and their affinities in
+// one transaction. It refuses with ErrPoolInUse while any address is
+// allocated, saying how many.
+func (a *Allocator) DeletePool(ctx context.Context, name string) error {
+	return a.retry(ctx, "delete pool "+name, func() error {
+		es, err := a.store.Get(ctx, PoolKey(name))
+		if err != nil {
+			return err
+		}
+		if es[0].Version == 0 {
+			return fmt.Errorf("%w: %q", ErrPoolNotFound, name)
+		}
+		blocks, err := a.store.List(ctx, blockPrefix+name+"/")
+		if err != nil {
+			return err
+		}
+		conds := []kv.Cond{{Key: es[0].Key, Version: es[0].Version}}
+		ops := []kv.Op{{Key: es[0].Key, Delete: true}}
+		inUse := 0
+		for _, e := range blocks {
+			b, err := decode[ipam.Block](e)
+			if err != nil {
+				return err
+			}
+			inUse += b.InUse()
+			conds = append(conds, kv.Cond{Key: e.Key, Version: e.Version})
+			ops = append(ops, kv.Op{Key: e.Key, Delete: true})
+			if b.Node != "" {
+				ops = append(ops, kv.Op{Key: AffinityKey(b.Node, name, b.CIDR), Delete: true})
+			}
+		}
+		if inUse > 0 {
+			return fmt.Errorf("%w: pool %q has %d addresses in use; release them first", ErrPoolInUse, name, inUse)
+		}
+		return a.store.Txn(ctx, conds, ops)
+	})
+}
+
+// Pool returns one pool.
+func (a *Allocator) Pool(ctx context.Context, name string) (ipam.Pool, error) {
+	es, err := a.store.Get(ctx, PoolKey(name))
+	if err != nil {
+		return ipam.Pool{}, err
+	}
+	if es[0].Version == 0 {
+		return ipam.Pool{}, fmt.Errorf("%w: %q", ErrPoolNotFound, name)
+	}
+	return decode[ipam.Pool](es[0])
+}
+
+// Pools returns every pool, sorted by name.
+func (a *Allocator) Pools(ctx context.Context) ([]ipam.Pool, error) {
+	return listDecoded[ipam.Pool](ctx, a.store, poolPrefix)
+}
+
+// poolOf finds the pool whose CIDR holds addr.
+func (a *Allocator) poolOf(ctx context.Context, addr netip.Addr) (ipam.Pool, error) {
+	pools, err := a.Pools(ctx)
+	if err != nil {
+		return ipam.Pool{}, err
+	}
+	for _, p := range pools {
+		if p.CIDR.Contains(addr) {
+			return p, nil
+		}
+	}
+	return ipam.Pool{}, fmt.Errorf("%w: no pool holds %s", ErrPoolNotFound, addr)
+}

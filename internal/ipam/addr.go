@@ -1,0 +1,56 @@
+package ipam
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// addOffset returns a+off, wrapping within the address family.
+func addOffset(a netip.Addr, off uint64) netip.Addr {
+	if a.Is4() {
+		b := a.As4()
+		v := binary.BigEndian.Uint32(b[:]) + uint32(off)
+		binary.BigEndian.PutUint32(b[:], v)
+		return netip.AddrFrom4(b)
+	}
+	b := a.As16()
+	hi := binary.BigEndian.Uint64(b[:8])
+	lo := binary.BigEndian.Uint64(b[8:])
+	nlo := lo + off
+	if nlo < lo {
+		hi++
+	}
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], nlo)
+	return netip.AddrFrom16(b)
+}
+
+// offsetOf returns a-base for addresses at most 2^64-1 apart (callers
+// guarantee both are in one block or pool of bounded size).
+func offsetOf(base, a netip.Addr) uint64 {
+	if a.Is4() {
+		x, y := base.As4(), a.As4()
+		return uint64(binary.BigEndian.Uint32(y[:]) - binary.BigEndian.Uint32(x[:]))
+	}
+	x, y := base.As16(), a.As16()
+	return binary.BigEndian.Uint64(y[8:]) - binary.BigEndian.Uint64(x[8:])
+}
+
+// lastAddr returns the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As16()
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	for i := bits; i < 128; i++ {
+		b[i/8] |= 1 << (7 - uint(i%8))
+	}
+	if p.Addr().Is4() {
+		return netip.AddrFrom16(b).Unmap()
+	}
+	return netip.AddrFrom16(b)
+}
+
+// hostBits is the number of host bits of p.
+func hostBits(p netip.Prefix) int { return p.Addr().BitLen() - p.Bits() }
