@@ -1,0 +1,149 @@
+// Package netpools turns the address ranges of a network config into
+// pools: host-local and whereabouts ranges become pools created on first
+// use, named pools are looked up. The plugin and ipkeeperctl share it so
+// that both name a range's pool the same way.
+package netpools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+)
+
+// ErrMixedFamilies means a set of named pools mixes IPv4 and IPv6 in a
+// way that cannot be grouped per family.
+var ErrMixedFamilies = errors.New("named pools")
+
+// Set is one range set: the pools to try, in order, for one address.
+type Set []ipam.Pool
+
+// Names returns the names of the set's pools.
+func (s Set) Names() []string {
+	out := make([]string, len(s))
+	for i, p := range s {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// Planned returns the pools the config's ranges define, without touching
+// any store: one set per range set.
+func Planned(conf *config.IPAM) ([]Set, error) {
+	var sets []Set
+	for i, rs := range conf.RangeSets {
+		var set Set
+		for j, r := range rs {
+			p := FromRange(conf, r)
+			if err := p.Validate(); err != nil {
+				return nil, fmt.Errorf("ipam.ranges[%d][%d]: %w", i, j, err)
+			}
+			set = append(set, p)
+		}
+		sets = append(sets, set)
+	}
+	return sets, nil
+}
+
+// Resolve returns the range sets of conf as stored pools: ranges become
+// pools created idempotently on first use; named pools are read and
+// grouped into one set per IP family (IPv4 first).
+func Resolve(ctx context.Context, a *allocator.Allocator, conf *config.IPAM) ([]Set, error) {
+	if len(conf.Pools) > 0 {
+		return named(ctx, a, conf.Pools)
+	}
+	sets, err := Planned(conf)
+	if err != nil {
+		return nil, err
+	}
+	for _, set := range sets {
+		for i, p := range set {
+			if set[i], err = a.EnsurePool(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return sets, nil
+}
+
+func named(ctx context.Context, a *allocator.Allocator, names []string) ([]Set, error) {
+	var v4, v6 Set
+	for _, n := range names {
+		p, err := a.Pool(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if p.Is6() {
+			v6 = append(v6, p)
+		} else {
+			v4 = append(v4, p)
+		}
+	}
+	var sets []Set
+	for _, s := range []Set{v4, v6} {
+		if len(s) > 0 {
+			sets = append(sets, s)
+		}
+	}
+	return sets, nil
+}
+
+// FromRange defines the pool of one configured range. Whereabouts ranges
+// are named like whereabouts names its IPPool objects ("10.0.0.0-24",
+// prefixed by network_name when set), so imported pools line up; host-local
+// and native ranges are named per network, since host-local keeps every
+// network's addresses apart.
+func FromRange(conf *config.IPAM, r config.Range) ipam.Pool {
+	p := ipam.Pool{
+		CIDR:           r.Subnet.Masked(),
+		RangeStart:     r.RangeStart,
+		RangeEnd:       r.RangeEnd,
+		Gateway:        r.Gateway,
+		Exclude:        r.Exclude,
+		StrictAffinity: conf.StrictAffinity,
+		Origin:         "config",
+	}
+	p.BlockSize = blockSize(conf, p.CIDR)
+	if conf.Syntax == "whereabouts" {
+		p.Name = WhereaboutsName(conf.NetworkName, p.CIDR)
+	} else {
+		p.Name = conf.Network + "-" + rangeName(r)
+	}
+	return p
+}
+
+// WhereaboutsName is the name whereabouts gives the IPPool of cidr.
+func WhereaboutsName(networkName string, cidr netip.Prefix) string {
+	n := strings.NewReplacer("/", "-", ":", "-").Replace(cidr.Masked().String())
+	if networkName != "" {
+		return networkName + "-" + n
+	}
+	return n
+}
+
+func rangeName(r config.Range) string {
+	n := strings.Replace(r.Subnet.Masked().String(), "/", "-", 1)
+	if r.RangeStart.IsValid() || r.RangeEnd.IsValid() {
+		n += "-" + r.RangeStart.String() + "-" + r.RangeEnd.String()
+	}
+	return n
+}
+
+// blockSize is the configured block size, or the default clamped to the
+// subnet so that a small range is one block. An explicit block size larger
+// than the subnet is kept, and the pool's validation rejects it.
+func blockSize(conf *config.IPAM, cidr netip.Prefix) int {
+	explicit, def := conf.BlockSize, ipam.DefaultBlockSizeV4
+	if cidr.Addr().Is6() {
+		explicit, def = conf.BlockSizeV6, ipam.DefaultBlockSizeV6
+	}
+	if explicit != 0 {
+		return explicit
+	}
+	return max(def, cidr.Bits())
+}

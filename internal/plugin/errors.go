@@ -1,0 +1,56 @@
+package plugin
+
+import (
+	"errors"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// CNI error codes ipkeeper returns besides the spec's well-known ones.
+const (
+	// CodePoolExhausted: no pool of a range set has a free address.
+	CodePoolExhausted uint = 100
+	// CodeNoPool: no pool of a range set may be used on this node.
+	CodeNoPool uint = 101
+	// CodeAddrUnavailable: a requested address is taken or reserved.
+	CodeAddrUnavailable uint = 102
+	// CodeNotAvailable is the CNI 1.1 STATUS code "plugin not available".
+	CodeNotAvailable uint = 50
+)
+
+// errArgs marks errors in CNI_ARGS or other environment input.
+var errArgs = errors.New("invalid CNI arguments")
+
+// cniError maps an error from any layer to the CNI error the runtime sees.
+// This is the only place that knows CNI codes.
+func cniError(err error) *types.Error {
+	var te *types.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		return te
+	case errors.Is(err, errArgs):
+		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	case errors.Is(err, config.ErrInvalid), errors.Is(err, ipam.ErrInvalidPool),
+		errors.Is(err, datastore.ErrUnsupported), errors.Is(err, allocator.ErrPoolConflict),
+		errors.Is(err, allocator.ErrPoolNotFound):
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	case errors.Is(err, allocator.ErrExhausted):
+		return types.NewError(CodePoolExhausted, err.Error(), "")
+	case errors.Is(err, allocator.ErrNoPool):
+		return types.NewError(CodeNoPool, err.Error(), "")
+	case errors.Is(err, allocator.ErrAddrUnavailable):
+		return types.NewError(CodeAddrUnavailable, err.Error(), "")
+	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, allocator.ErrContended):
+		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
+	default:
+		return types.NewError(types.ErrInternal, err.Error(), "")
+	}
+}

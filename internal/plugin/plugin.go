@@ -1,0 +1,271 @@
+// Package plugin implements the ipkeeper CNI IPAM plugin: ADD, DEL, CHECK,
+// GC and STATUS over the allocator, with results and errors in the CNI
+// spec's shapes for cniVersion 0.3.0 through 1.1.0.
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/netpools"
+)
+
+// Versions are the CNI spec versions the plugin speaks.
+var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// Timeout bounds one plugin invocation.
+const Timeout = 60 * time.Second
+
+// Plugin holds what the verbs share. The zero value is not usable; use New.
+type Plugin struct {
+	// Log receives diagnostics; never stdout.
+	Log *slog.Logger
+	// Stdout receives results.
+	Stdout io.Writer
+}
+
+// New returns a plugin logging to stderr at the level named by
+// $IPKEEPER_LOG_LEVEL (default warn) and printing results to stdout.
+func New() *Plugin {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv("IPKEEPER_LOG_LEVEL"))); err != nil {
+		level = slog.LevelWarn
+	}
+	return &Plugin{
+		Log:    slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Stdout: os.Stdout,
+	}
+}
+
+// Main runs the plugin as a CNI executable.
+func Main(about string) {
+	p := New()
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    p.Add,
+		Del:    p.Del,
+		Check:  p.Check,
+		GC:     p.GC,
+		Status: p.Status,
+	}, Versions, about)
+}
+
+// session is one invocation's parsed config and open datastore.
+type session struct {
+	conf  *config.IPAM
+	alloc *allocator.Allocator
+	close func()
+}
+
+// open parses the config and opens its datastore.
+func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
+	conf, err := config.Parse(stdin)
+	if err != nil {
+		return nil, err
+	}
+	store, err := datastore.Open(ctx, conf.Datastore)
+	if err != nil {
+		return nil, err
+	}
+	return &session{
+		conf:  conf,
+		alloc: allocator.New(store, p.Log),
+		close: func() { _ = store.Close() },
+	}, nil
+}
+
+// Add allocates one address per range set for the attachment.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	att, err := parseArgs(args.Args, args.StdinData)
+	if err != nil {
+		return cniError(err)
+	}
+	s, err := p.open(ctx, args.StdinData)
+	if err != nil {
+		return cniError(err)
+	}
+	defer s.close()
+	sets, err := netpools.Resolve(ctx, s.alloc, s.conf)
+	if err != nil {
+		return cniError(err)
+	}
+	req := allocator.Request{
+		Handle: ipam.Handle{
+			ID:          ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName),
+			Network:     s.conf.Network,
+			ContainerID: args.ContainerID,
+			IfName:      args.IfName,
+			Node:        s.conf.NodeName,
+			NetNS:       args.Netns,
+			Namespace:   att.Namespace,
+			Pod:         att.Pod,
+			PodUID:      att.PodUID,
+		},
+		Labels: map[string]string{"kubernetes.io/hostname": s.conf.NodeName},
+		Want:   att.IPs,
+	}
+	for _, set := range sets {
+		req.Sets = append(req.Sets, set.Names())
+	}
+	h, err := s.alloc.Allocate(ctx, req)
+	if err != nil {
+		return cniError(err)
+	}
+	p.Log.Info("allocated", "handle", h.ID, "node", h.Node, "ips", fmt.Sprint(h.IPs))
+	res, err := buildResult(s.conf, sets, h)
+	if err != nil {
+		return cniError(err)
+	}
+	out, err := res.GetAsVersion(s.conf.CNIVersion)
+	if err != nil {
+		return types.NewError(types.ErrIncompatibleCNIVersion, err.Error(), "")
+	}
+	return out.PrintTo(p.Stdout)
+}
+
+// Del releases everything of the attachment's handle; nothing to release
+// is success.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	s, err := p.open(ctx, args.StdinData)
+	if err != nil {
+		return cniError(err)
+	}
+	defer s.close()
+	id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
+	freed, err := s.alloc.Release(ctx, id)
+	if err != nil {
+		return cniError(err)
+	}
+	p.Log.Info("released", "handle", id, "ips", fmt.Sprint(freed))
+	return nil
+}
+
+// Check verifies that the attachment's allocation exists and matches the
+// addresses of prevResult.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	s, err := p.open(ctx, args.StdinData)
+	if err != nil {
+		return cniError(err)
+	}
+	defer s.close()
+	id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
+	h, ok, err := s.alloc.Handle(ctx, id)
+	if err != nil {
+		return cniError(err)
+	}
+	if !ok {
+		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no allocation for handle %q", id), "")
+	}
+	return checkPrevResult(args.StdinData, h)
+}
+
+// GC releases every allocation of this network on this node whose
+// attachment is not listed in cni.dev/valid-attachments.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	var gc types.PluginConf
+	if err := jsonUnmarshal(args.StdinData, &gc); err != nil {
+		return cniError(err)
+	}
+	s, err := p.open(ctx, args.StdinData)
+	if err != nil {
+		return cniError(err)
+	}
+	defer s.close()
+	valid := map[string]bool{}
+	for _, v := range gc.ValidAttachments {
+		valid[ipam.HandleID(s.conf.Network, v.ContainerID, v.IfName)] = true
+	}
+	released, err := s.alloc.ReleaseHandles(ctx, func(h ipam.Handle) bool {
+		return h.Network == s.conf.Network && h.Node == s.conf.NodeName && !valid[h.ID]
+	})
+	for _, h := range released {
+		p.Log.Info("gc released", "handle", h.ID, "node", h.Node)
+	}
+	return cniError(err)
+}
+
+// Status fails when the datastore is unusable or a range set has no pool
+// with a free address for this node.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	s, err := p.open(ctx, args.StdinData)
+	if err != nil {
+		return statusError(err)
+	}
+	defer s.close()
+	if err := status(ctx, s); err != nil {
+		return statusError(err)
+	}
+	return nil
+}
+
+func statusError(err error) error {
+	e := cniError(err)
+	if e.Code == types.ErrTryAgainLater || e.Code == CodePoolExhausted || e.Code == CodeNoPool || e.Code == types.ErrInternal {
+		return types.NewError(CodeNotAvailable, e.Msg, e.Details)
+	}
+	return e
+}
+
+// status checks that every range set has a pool with room on this node.
+// Pools a config defines but nobody created yet count as empty.
+func status(ctx context.Context, s *session) error {
+	var sets []netpools.Set
+	var err error
+	if len(s.conf.Pools) > 0 {
+		sets, err = netpools.Resolve(ctx, s.alloc, s.conf)
+	} else {
+		sets, err = netpools.Planned(s.conf)
+	}
+	if err != nil {
+		return err
+	}
+	for i, set := range sets {
+		ok := false
+		for _, want := range set {
+			pool, err := s.alloc.Pool(ctx, want.Name)
+			switch {
+			case err == nil:
+			case isNotFound(err) && len(s.conf.Pools) == 0:
+				pool = want // created on first ADD, empty until then
+			default:
+				return err
+			}
+			if pool.Disabled {
+				continue
+			}
+			if ok, err = s.alloc.HasFree(ctx, pool, s.conf.NodeName); err != nil {
+				return err
+			}
+			if ok {
+				break
+			}
+		}
+		if !ok {
+			return fmt.Errorf("%w: range set %d (%s) has no free address for node %q",
+				allocator.ErrExhausted, i, strings.Join(set.Names(), ", "), s.conf.NodeName)
+		}
+	}
+	return nil
+}
