@@ -1,0 +1,215 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// headerLen is the size of the version header in front of every value.
+const headerLen = 8
+
+// Get returns one entry per key, in the order asked, from one consistent
+// snapshot.
+func (s *Store) Get(ctx context.Context, keys ...string) ([]kv.KeyValue, error) {
+	if err := s.ctxErr(ctx, "get"); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]kv.KeyValue, len(keys))
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketKV)
+		for i, k := range keys {
+			e, err := decode(k, b.Get([]byte(k)))
+			if err != nil {
+				return err
+			}
+			out[i] = e
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrap("get", err)
+	}
+	return out, nil
+}
+
+// List returns every entry whose key starts with prefix, sorted by key
+// bytewise, from one consistent snapshot.
+func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
+	if err := s.ctxErr(ctx, "list"); err != nil {
+		return nil, err
+	}
+	var out []kv.KeyValue
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		p := []byte(prefix)
+		c := tx.Bucket(bucketKV).Cursor()
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			e, err := decode(string(k), v)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.wrap("list", err)
+	}
+	return out, nil
+}
+
+// Txn applies ops if every cond holds, in one bbolt read-write transaction
+// that is fsynced before Txn returns. All written keys get the next store
+// revision as their version. A Txn without ops only checks conds and
+// writes nothing.
+func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	if err := s.ctxErr(ctx, "txn"); err != nil {
+		return err
+	}
+	for _, c := range conds {
+		if err := validKey(c.Key); err != nil {
+			return err
+		}
+	}
+	for _, op := range ops {
+		if err := validKey(op.Key); err != nil {
+			return err
+		}
+	}
+	if len(ops) == 0 {
+		err := s.db.View(func(tx *bbolt.Tx) error {
+			return checkConds(tx.Bucket(bucketKV), conds)
+		})
+		return s.wrap("txn", err)
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		// Waiting for bbolt's writer lock may have outlasted ctx.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketKV)
+		if err := checkConds(b, conds); err != nil {
+			return err
+		}
+		meta := tx.Bucket(bucketMeta)
+		rev, err := revision(meta)
+		if err != nil {
+			return err
+		}
+		rev++
+		var hdr [headerLen]byte
+		binary.BigEndian.PutUint64(hdr[:], uint64(rev))
+		for _, op := range ops {
+			if op.Delete {
+				if err := b.Delete([]byte(op.Key)); err != nil {
+					return err
+				}
+				continue
+			}
+			// bbolt keeps the slices until commit: give it fresh ones,
+			// which also copies the caller's value.
+			v := make([]byte, headerLen+len(op.Value))
+			copy(v, hdr[:])
+			copy(v[headerLen:], op.Value)
+			if err := b.Put([]byte(op.Key), v); err != nil {
+				return err
+			}
+		}
+		return meta.Put(keyRev, bytes.Clone(hdr[:]))
+	})
+	return s.wrap("txn", err)
+}
+
+// checkConds returns an error wrapping kv.ErrConflict for the first cond
+// that does not hold.
+func checkConds(b *bbolt.Bucket, conds []kv.Cond) error {
+	for _, c := range conds {
+		var have int64
+		if v := b.Get([]byte(c.Key)); v != nil {
+			if len(v) < headerLen {
+				return fmt.Errorf("%w: value of %q is %d bytes, shorter than its version header", ErrCorrupt, c.Key, len(v))
+			}
+			have = int64(binary.BigEndian.Uint64(v))
+		}
+		if have != c.Version {
+			return fmt.Errorf("%w: %q is at version %d, want %d", kv.ErrConflict, c.Key, have, c.Version)
+		}
+	}
+	return nil
+}
+
+// revision returns the last committed revision (0 for a new store).
+func revision(meta *bbolt.Bucket) (int64, error) {
+	v := meta.Get(keyRev)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != headerLen {
+		return 0, fmt.Errorf("%w: revision is %d bytes, want %d", ErrCorrupt, len(v), headerLen)
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// decode turns a stored value (nil for a missing key) into an entry whose
+// Value is a copy, safe to use after the bbolt transaction ends.
+func decode(key string, raw []byte) (kv.KeyValue, error) {
+	if raw == nil {
+		return kv.KeyValue{Key: key}, nil
+	}
+	if len(raw) < headerLen {
+		return kv.KeyValue{}, fmt.Errorf("%w: value of %q is %d bytes, shorter than its version header", ErrCorrupt, key, len(raw))
+	}
+	return kv.KeyValue{
+		Key:     key,
+		Value:   bytes.Clone(raw[headerLen:]),
+		Version: int64(binary.BigEndian.Uint64(raw)),
+	}, nil
+}
+
+func validKey(k string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case strings.IndexByte(k, 0) >= 0:
+		return fmt.Errorf("%w: %q contains a NUL byte", ErrInvalidKey, k)
+	case len(k) > bbolt.MaxKeySize:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(k), bbolt.MaxKeySize)
+	}
+	return nil
+}
+
+// ctxErr reports a context that already ended, before any work is done.
+func (s *Store) ctxErr(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("local: %s %s: %w: %w", op, s.path, kv.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// wrap adds context to an error from a bbolt transaction. Conflicts and
+// corruption pass through; the context's end and failures of bbolt itself
+// (closed store, I/O, full disk) wrap kv.ErrUnavailable.
+func (s *Store) wrap(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kv.ErrConflict):
+		return fmt.Errorf("local: %s: %w", op, err)
+	case errors.Is(err, ErrCorrupt):
+		return fmt.Errorf("local: %s %s: %w", op, s.path, err)
+	default:
+		return fmt.Errorf("local: %s %s: %w: %w", op, s.path, kv.ErrUnavailable, err)
+	}
+}
