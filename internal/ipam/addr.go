@@ -2,27 +2,39 @@ package ipam
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net/netip"
 )
 
 // addOffset returns a+off, wrapping within the address family.
-func addOffset(a netip.Addr, off uint64) netip.Addr {
+func addOffset(a netip.Addr, off uint64) netip.Addr { return addOffset128(a, 0, off) }
+
+// addOffset128 returns a plus the 128-bit offset offHi<<64|offLo, wrapping
+// within the address family (IPv4 uses only offLo).
+func addOffset128(a netip.Addr, offHi, offLo uint64) netip.Addr {
 	if a.Is4() {
 		b := a.As4()
-		v := binary.BigEndian.Uint32(b[:]) + uint32(off)
+		v := binary.BigEndian.Uint32(b[:]) + uint32(offLo)
 		binary.BigEndian.PutUint32(b[:], v)
 		return netip.AddrFrom4(b)
 	}
 	b := a.As16()
-	hi := binary.BigEndian.Uint64(b[:8])
-	lo := binary.BigEndian.Uint64(b[8:])
-	nlo := lo + off
-	if nlo < lo {
-		hi++
-	}
+	lo, carry := bits.Add64(binary.BigEndian.Uint64(b[8:]), offLo, 0)
+	hi, _ := bits.Add64(binary.BigEndian.Uint64(b[:8]), offHi, carry)
 	binary.BigEndian.PutUint64(b[:8], hi)
-	binary.BigEndian.PutUint64(b[8:], nlo)
+	binary.BigEndian.PutUint64(b[8:], lo)
 	return netip.AddrFrom16(b)
+}
+
+// diff128 returns a-base as a 128-bit number hi<<64|lo (a >= base).
+func diff128(base, a netip.Addr) (hi, lo uint64) {
+	if a.Is4() {
+		return 0, offsetOf(base, a)
+	}
+	x, y := base.As16(), a.As16()
+	lo, borrow := bits.Sub64(binary.BigEndian.Uint64(y[8:]), binary.BigEndian.Uint64(x[8:]), 0)
+	hi, _ = bits.Sub64(binary.BigEndian.Uint64(y[:8]), binary.BigEndian.Uint64(x[:8]), borrow)
+	return hi, lo
 }
 
 // offsetOf returns a-base for addresses at most 2^64-1 apart (callers

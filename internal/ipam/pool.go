@@ -142,13 +142,10 @@ func (p Pool) NumBlocks() uint64 { return 1 << uint(p.BlockSize-p.CIDR.Bits()) }
 
 // BlockAt returns the i-th block prefix of the pool (0 ≤ i < NumBlocks).
 func (p Pool) BlockAt(i uint64) netip.Prefix {
-	step := hostBits(netip.PrefixFrom(p.CIDR.Addr(), p.BlockSize))
-	var off uint64
-	if step < 64 {
-		off = i << uint(step)
-	}
-	// Blocks of more than 2^64 addresses cannot exist (MaxBlockHostBits).
-	return netip.PrefixFrom(addOffset(p.CIDR.Addr(), off), p.BlockSize)
+	// A block has at most 2^MaxBlockHostBits addresses, so step < 64 and
+	// the offset i<<step is at most 128 bits wide.
+	step := uint(hostBits(netip.PrefixFrom(p.CIDR.Addr(), p.BlockSize)))
+	return netip.PrefixFrom(addOffset128(p.CIDR.Addr(), i>>(64-step), i<<step), p.BlockSize)
 }
 
 // BlockIndex returns the index of the block holding a, and whether a is in
@@ -158,7 +155,9 @@ func (p Pool) BlockIndex(a netip.Addr) (uint64, bool) {
 		return 0, false
 	}
 	blk, _ := a.Prefix(p.BlockSize)
-	return offsetOf(p.CIDR.Addr(), blk.Addr()) >> uint(p.CIDR.Addr().BitLen()-p.BlockSize), true
+	hi, lo := diff128(p.CIDR.Addr(), blk.Addr())
+	step := uint(p.CIDR.Addr().BitLen() - p.BlockSize)
+	return lo>>step | hi<<(64-step), true
 }
 
 // PermittedIn counts the addresses of block b that the pool permits.
@@ -210,8 +209,8 @@ func (p Pool) approxUsable() uint64 {
 	if p.RangeEnd.IsValid() {
 		hi = p.RangeEnd
 	}
-	n := offsetOf(lo, hi)
-	if hostBits(p.CIDR) > 64 && !p.RangeStart.IsValid() && !p.RangeEnd.IsValid() {
+	over, n := diff128(lo, hi)
+	if over != 0 {
 		return ^uint64(0)
 	}
 	for _, x := range p.Exclude {
