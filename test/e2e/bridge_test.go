@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
+)
+
+// localIPAM is an ipkeeper ipam section on a local store in dir.
+func localIPAM(dir string, extra map[string]any) map[string]any {
+	m := map[string]any{
+		"type":      "ipkeeper",
+		"datastore": map[string]any{"type": "local", "path": dir},
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// TestBridgeLifecycle is the main flow through bridge (spec 1.1.0): 20
+// containers get distinct addresses and reach their gateway, DEL releases,
+// GC releases exactly the attachments not listed as valid, STATUS passes on
+// a pool with room and fails on a full one.
+func TestBridgeLifecycle(t *testing.T) {
+	needRoot(t)
+	needIpkeeper(t)
+	subnet := mustPrefix("10.99.0.0/24")
+	h := newHost(t, ipkeeperBin)
+	r := newRuntime(t, h, bridgeConf("ipk-e2e-bridge", "1.1.0", true, localIPAM(t.TempDir(), map[string]any{
+		"ranges": [][]map[string]any{{{"subnet": subnet.String()}}},
+	})))
+
+	const n = 20
+	cs := make([]*container, n)
+	owner := map[netip.Addr]string{}
+	for i := range n {
+		c := r.mustAdd(t, idf("bridge-%02d", i))
+		a := c.addr4(t)
+		if !subnet.Contains(a) || a == subnet.Addr() || a == mustAddr("10.99.0.255") {
+			t.Fatalf("%s got %v: not a host address of %v", c.id, a, subnet)
+		}
+		if prev, dup := owner[a]; dup {
+			t.Fatalf("%s and %s both got %v", prev, c.id, a)
+		}
+		if gw := c.gateway(t, 4); gw == a || !subnet.Contains(gw) {
+			t.Fatalf("%s: gateway %v with address %v", c.id, gw, a)
+		}
+		owner[a] = c.id
+		cs[i] = c
+	}
+	for _, c := range cs {
+		ping(t, c.ns, c.gateway(t, 4).String())
+	}
+	all := make([]netip.Addr, n)
+	for i, c := range cs {
+		all[i] = c.addr4(t)
+	}
+	if got, want := allocated(t, r.confFile), sortedAddrs(all); !slices.Equal(got, want) {
+		t.Fatalf("after %d ADDs the datastore holds %v, want %v", n, got, want)
+	}
+
+	// DEL releases the address; a second DEL of the same container succeeds.
+	if err := r.del(t, cs[0]); err != nil {
+		t.Fatalf("DEL %s: %v", cs[0].id, err)
+	}
+	if slices.Contains(allocated(t, r.confFile), cs[0].addr4(t)) {
+		t.Fatalf("DEL %s: %v still allocated", cs[0].id, cs[0].addr4(t))
+	}
+	if err := r.del(t, cs[0]); err != nil {
+		t.Fatalf("second DEL %s: %v", cs[0].id, err)
+	}
+
+	// GC with the odd containers valid releases exactly the even ones.
+	var valid []types.GCAttachment
+	var keep []netip.Addr
+	for i := 1; i < n; i += 2 {
+		valid = append(valid, types.GCAttachment{ContainerID: cs[i].id, IfName: "eth0"})
+		keep = append(keep, cs[i].addr4(t))
+	}
+	gcIpkeeper(t, r, valid)
+	if got, want := allocated(t, r.confFile), sortedAddrs(keep); !slices.Equal(got, want) {
+		t.Fatalf("after GC the datastore holds %v, want exactly the valid attachments' %v", got, want)
+	}
+	// The survivors still work.
+	ping(t, cs[1].ns, cs[1].gateway(t, 4).String())
+
+	if err := r.status(t); err != nil {
+		t.Fatalf("STATUS with free addresses: %v", err)
+	}
+}
+
+// gcIpkeeper sends CNI GC with the valid attachments to ipkeeper, with the
+// stdin libcni gives the main plugin (bridge v1.9.1 has no GC of its own to
+// delegate with, "FIXME GC" in its main, so libcni's GC through bridge
+// never reaches the IPAM plugin).
+func gcIpkeeper(t *testing.T, r *runtime, valid []types.GCAttachment) {
+	t.Helper()
+	conf, err := libcni.InjectConf(r.list.Plugins[0], map[string]any{
+		"name":                      r.list.Name,
+		"cniVersion":                r.list.CNIVersion,
+		"cni.dev/valid-attachments": valid,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cnirun.Run(ctxT(t), ipkeeperBin, cnirun.Call{Command: "GC", Path: r.h.cniPath, Stdin: conf.Bytes})
+	if err != nil || out.ExitCode != 0 {
+		t.Fatalf("GC: %v\n%v", err, out)
+	}
+}
+
+// TestStatusPoolFull checks that STATUS through bridge reports code 50 (the
+// spec's "plugin not available") naming the pool once a /29 is full, and
+// passes again after a DEL.
+func TestStatusPoolFull(t *testing.T) {
+	needRoot(t)
+	needIpkeeper(t)
+	h := newHost(t, ipkeeperBin)
+	r := newRuntime(t, h, bridgeConf("ipk-e2e-full", "1.1.0", true, localIPAM(t.TempDir(), map[string]any{
+		"ranges":    [][]map[string]any{{{"subnet": "10.99.1.0/29"}}},
+		"blockSize": 29,
+	})))
+	if err := r.status(t); err != nil {
+		t.Fatalf("STATUS on an empty pool: %v", err)
+	}
+	// .0 network, .7 broadcast, .1 gateway: five addresses to hand out.
+	var cs []*container
+	for i := range 5 {
+		cs = append(cs, r.mustAdd(t, idf("full-%d", i)))
+	}
+	err := r.status(t)
+	code, msg := cniCode(t, err)
+	t.Logf("STATUS on a full pool: code %d: %s", code, msg)
+	if code != codeNotAvailable {
+		t.Errorf("STATUS on a full pool: code %d, want %d (plugin not available): %v", code, codeNotAvailable, err)
+	}
+	if !strings.Contains(msg, "10.99.1.0/29") && !containsAny(strings.ToLower(msg), "exhaust", "full", "no free") {
+		t.Errorf("STATUS message %q says neither which pool nor that it is full", msg)
+	}
+	if err := r.del(t, cs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.status(t); err != nil {
+		t.Fatalf("STATUS after freeing one address: %v", err)
+	}
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// CNI codes the spec defines outside types' constants.
+const (
+	codeNotAvailable  uint = 50  // STATUS: cannot service ADD
+	codePoolExhausted uint = 100 // ipkeeper: no free address
+)
