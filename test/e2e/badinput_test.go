@@ -55,6 +55,7 @@ func TestBadInput(t *testing.T) {
 		name    string
 		stdin   func(t *testing.T, store string) []byte
 		noID    bool     // leave CNI_CONTAINERID unset
+		netns   string   // CNI_NETNS if not anyNetNS
 		code    uint     // expected CNI code
 		mention []string // the message names at least one of these
 	}
@@ -90,6 +91,10 @@ func TestBadInput(t *testing.T) {
 			stdin: withIPAM(map[string]any{"ipv6BlockSize": 120, "ranges": [][]map[string]any{{{"subnet": "fd96::/122"}}}})},
 		{name: "missing CNI_CONTAINERID", code: types.ErrInvalidEnvironmentVariables, mention: []string{"CNI_CONTAINERID"},
 			noID: true, stdin: withIPAM(nil)},
+		// skel checks this only after the plugin's ADD returned; the
+		// allocation must not survive the failed ADD.
+		{name: "CNI_NETNS is the plugin's own namespace", code: types.ErrInvalidNetNS, mention: []string{"netns"},
+			netns: "/proc/self/ns/net", stdin: withIPAM(nil)},
 	}
 	for _, tc := range cases {
 		for _, populated := range []bool{false, true} {
@@ -108,9 +113,11 @@ func TestBadInput(t *testing.T) {
 				if tc.noID {
 					id = ""
 				}
-				out, err := cnirun.Run(ctxT(t), ipkeeperBin, cnirun.Call{
-					Command: "ADD", ContainerID: id, NetNS: anyNetNS, IfName: "eth0", Stdin: tc.stdin(t, store),
-				})
+				call := directCall("ADD", id, tc.stdin(t, store))
+				if tc.netns != "" {
+					call.NetNS = tc.netns
+				}
+				out, err := cnirun.Run(ctxT(t), ipkeeperBin, call)
 				if err != nil {
 					t.Fatal(err)
 				}

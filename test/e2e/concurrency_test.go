@@ -33,9 +33,7 @@ func TestConcurrentAdds(t *testing.T) {
 	for i := range procs {
 		wg.Go(func() {
 			<-start
-			outs[i], errs[i] = cnirun.Run(ctxT(t), ipkeeperBin, cnirun.Call{
-				Command: "ADD", ContainerID: idf("conc-%03d", i), NetNS: anyNetNS, IfName: "eth0", Stdin: stdin,
-			})
+			outs[i], errs[i] = cnirun.Run(ctxT(t), ipkeeperBin, directCall("ADD", idf("conc-%03d", i), stdin))
 		})
 	}
 	close(start)

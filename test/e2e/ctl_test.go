@@ -15,6 +15,7 @@ import (
 // fails the test when the command fails.
 func ctl(t *testing.T, confFile string, args ...string) []byte {
 	t.Helper()
+	needCtl(t)
 	out, stderr, err := ctlRun(confFile, args...)
 	if err != nil {
 		t.Fatalf("ipkeeperctl %v: %v\nstdout: %s\nstderr: %s", args, err, out, stderr)

@@ -17,10 +17,10 @@ import (
 )
 
 var (
-	// ipkeeperBin and ctlBin are freshly built from ./cmd; buildErr is set
-	// instead when that failed.
-	ipkeeperBin, ctlBin string
-	buildErr            error
+	// ipkeeperBin and ctlBin are freshly built from ./cmd; buildErr and
+	// ctlBuildErr are set instead when that failed.
+	ipkeeperBin, ctlBin   string
+	buildErr, ctlBuildErr error
 	// toolsDir holds the upstream plugins and cnitool.
 	toolsDir string
 )
@@ -43,8 +43,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(binDir)
-	if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeperctl"); buildErr == nil {
+	if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper"); buildErr == nil {
 		ipkeeperBin = filepath.Join(binDir, "ipkeeper")
+	}
+	if ctlBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeperctl"); ctlBuildErr == nil {
 		ctlBin = filepath.Join(binDir, "ipkeeperctl")
 	}
 	if toolsDir, err = cnirun.EnsureTools(ctx, root); err != nil {
@@ -54,11 +56,19 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// needIpkeeper fails the test when the binaries under test did not build.
+// needIpkeeper fails the test when the plugin did not build.
 func needIpkeeper(t *testing.T) {
 	t.Helper()
 	if buildErr != nil {
-		t.Fatalf("building ./cmd/ipkeeper and ./cmd/ipkeeperctl: %v", buildErr)
+		t.Fatalf("building ./cmd/ipkeeper: %v", buildErr)
+	}
+}
+
+// needCtl fails the test when ipkeeperctl did not build.
+func needCtl(t *testing.T) {
+	t.Helper()
+	if ctlBuildErr != nil {
+		t.Fatalf("building ./cmd/ipkeeperctl: %v", ctlBuildErr)
 	}
 }
 

@@ -11,16 +11,23 @@ import (
 )
 
 // anyNetNS is CNI_NETNS for direct IPAM calls: an IPAM plugin never enters
-// the namespace, but the variable is required for ADD and CHECK.
-const anyNetNS = "/proc/self/ns/net"
+// the namespace, but the variable is required for ADD and CHECK. It must not
+// be the plugin's own namespace (skel rejects that, see TestBadInput), and a
+// path that is no namespace at all passes skel's check.
+const anyNetNS = "/run/netns/ipk-e2e-never-entered"
+
+// directCall is a call of ipkeeper as the main plugin's delegate makes it.
+func directCall(command, containerID string, stdin []byte) cnirun.Call {
+	return cnirun.Call{
+		Command: command, ContainerID: containerID, NetNS: anyNetNS, IfName: "eth0", Path: toolsDir, Stdin: stdin,
+	}
+}
 
 // ipamRun invokes ipkeeper directly as the main plugin's delegate would,
 // with stdin the main plugin's configuration.
 func ipamRun(t *testing.T, command, containerID string, stdin []byte) cnirun.Output {
 	t.Helper()
-	out, err := cnirun.Run(ctxT(t), ipkeeperBin, cnirun.Call{
-		Command: command, ContainerID: containerID, NetNS: anyNetNS, IfName: "eth0", Stdin: stdin,
-	})
+	out, err := cnirun.Run(ctxT(t), ipkeeperBin, directCall(command, containerID, stdin))
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%v", command, containerID, err, out)
 	}
