@@ -1,0 +1,79 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// parseAddr parses an IP address; IPv4-mapped IPv6 addresses become IPv4,
+// as host-local canonicalizes them. Zones are rejected.
+func parseAddr(s, key string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, invalid(key, "%s is not an IP address", quote(s))
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, invalid(key, "%s must not carry an IPv6 zone", quote(s))
+	}
+	return a.Unmap(), nil
+}
+
+// parseCIDR parses a CIDR and masks it ("10.1.2.3/24" is 10.1.2.0/24).
+func parseCIDR(s, key string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, invalid(key, "%s is not a CIDR", quote(s))
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, invalid(key, "%s is an IPv4-mapped IPv6 CIDR; write it as an IPv4 CIDR", quote(s))
+	}
+	return p.Masked(), nil
+}
+
+// parseExclude parses an exclude entry: a CIDR, or (as whereabouts accepts)
+// a single address meaning /32 or /128.
+func parseExclude(s, key string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+			a = a.Unmap()
+			return netip.PrefixFrom(a, a.BitLen()), nil
+		}
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, invalid(key, "%s is not a CIDR", quote(s))
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, invalid(key, "%s is an IPv4-mapped IPv6 CIDR; write it as an IPv4 CIDR", quote(s))
+	}
+	return p.Masked(), nil
+}
+
+// lastAddr returns the last address of p (the broadcast address for IPv4).
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr()
+	if !a.IsValid() {
+		return netip.Addr{}
+	}
+	b := a.As16()
+	start := p.Bits()
+	if a.Is4() {
+		start += 96
+	}
+	for i := start; i < 128; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	last := netip.AddrFrom16(b)
+	if a.Is4() {
+		last = last.Unmap()
+	}
+	return last
+}
+
+// family names the IP family of a for messages.
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
