@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/containernetworking/cni/pkg/types/create"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
