@@ -1,0 +1,285 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// endpoint is one etcd member's client URL and the HTTP client that talks
+// to it (its own keep-alive connection pool).
+type endpoint struct {
+	base string // scheme://host[:port], what requests are sent to
+	name string // host:port or socket path, for messages
+	hc   *http.Client
+}
+
+// client sends gateway requests to the endpoints, failing over to the next
+// one when a member cannot be reached.
+type client struct {
+	eps            []*endpoint
+	cur            atomic.Int32
+	requestTimeout time.Duration
+}
+
+// sendError is a failed attempt, classified.
+type sendError struct {
+	err       error
+	retryable bool // another attempt (maybe on another endpoint) may work
+	sent      bool // the request may have reached etcd: a write may have applied
+}
+
+func (e *sendError) Error() string { return e.err.Error() }
+func (e *sendError) Unwrap() error { return e.err }
+
+func newClient(cfg Config, tlsc *tls.Config) (*client, error) {
+	c := &client{requestTimeout: cfg.RequestTimeout}
+	for i, raw := range cfg.Endpoints {
+		ep, err := newEndpoint(raw, cfg.DialTimeout, tlsc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: endpoint %d: %w", ErrConfig, i+1, err)
+		}
+		c.eps = append(c.eps, ep)
+	}
+	if len(c.eps) == 0 {
+		return nil, fmt.Errorf("%w: no endpoints", ErrConfig)
+	}
+	c.cur.Store(int32(rand.N(len(c.eps))))
+	return c, nil
+}
+
+func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endpoint, error) {
+	if !strings.Contains(raw, "://") {
+		if tlsc != nil {
+			raw = "https://" + raw
+		} else {
+			raw = "http://" + raw
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, errors.New("not a valid URL")
+	}
+	if u.User != nil {
+		return nil, errors.New("credentials in the URL are not supported")
+	}
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: dialTimeout,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	ep := &endpoint{hc: &http.Client{Transport: tr}}
+	var useTLS bool
+	switch u.Scheme {
+	case "http", "https":
+		useTLS = u.Scheme == "https"
+		ep.base = u.Scheme + "://" + u.Host
+		ep.name = u.Host
+		tr.DialContext = dialer.DialContext
+	case "unix", "unixs":
+		useTLS = u.Scheme == "unixs"
+		sock := u.Host + u.Path
+		ep.name = sock
+		ep.base = "http://localhost"
+		if useTLS {
+			ep.base = "https://localhost"
+		}
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", sock)
+		}
+	default:
+		return nil, fmt.Errorf("scheme %q is not supported", u.Scheme)
+	}
+	if useTLS {
+		if tlsc == nil {
+			tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tr.TLSClientConfig = tlsc.Clone()
+	}
+	return ep, nil
+}
+
+// close drops idle connections.
+func (c *client) close() {
+	for _, ep := range c.eps {
+		ep.hc.CloseIdleConnections()
+	}
+}
+
+// call sends one gateway request, failing over between endpoints and
+// retrying retryable failures until the request timeout (or ctx) ends.
+// When a request may have reached etcd and no answer came back, the
+// returned error is a *sendError with sent set, so a writer can find out
+// whether it applied.
+func (c *client) call(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("etcd: encode request: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	wait := 10 * time.Millisecond
+	var sent bool
+	var last *sendError
+	for attempt := 0; ; attempt++ {
+		i := int(c.cur.Load()) % len(c.eps)
+		ep := c.eps[i]
+		serr := c.once(ctx, ep, path, body, out)
+		if serr == nil {
+			return nil
+		}
+		sent = sent || serr.sent
+		last = serr
+		if !serr.retryable {
+			return serr.err
+		}
+		// Move on to the next member; another caller may have already.
+		c.cur.CompareAndSwap(int32(i), int32((i+1)%len(c.eps)))
+		if attempt+1 >= len(c.eps) {
+			d := wait/2 + rand.N(wait/2+1)
+			wait = min(wait*2, 500*time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		if ctx.Err() != nil {
+			err := fmt.Errorf("%w: %w (last error: %w)", kv.ErrUnavailable, ctx.Err(), last.err)
+			return &sendError{err: err, retryable: true, sent: sent}
+		}
+	}
+}
+
+// once makes one attempt against one endpoint.
+func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byte, out any) *sendError {
+	attemptCtx, cancel := context.WithTimeout(ctx, max(c.requestTimeout/2, time.Second))
+	defer cancel()
+	req, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, ep.base+path, bytes.NewReader(body))
+	if err != nil {
+		return &sendError{err: fmt.Errorf("etcd: build request: %w", err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := ep.hc.Do(req)
+	if err != nil {
+		return classifyTransport(ep, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 512<<20))
+	if err != nil {
+		return &sendError{err: fmt.Errorf("%w: etcd %s: reading the response: %v", kv.ErrUnavailable, ep.name, scrub(err)),
+			retryable: true, sent: true}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return classifyStatus(ep, resp.StatusCode, data)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &sendError{err: fmt.Errorf("etcd %s: undecodable response: %v", ep.name, err)}
+	}
+	return nil
+}
+
+// classifyTransport sorts a failed HTTP round trip: TLS trouble is
+// permanent and reported plainly; a failed dial never reached etcd; any
+// other failure may have.
+func classifyTransport(ep *endpoint, err error) *sendError {
+	var verr *tls.CertificateVerificationError
+	var uerr x509.UnknownAuthorityError
+	var herr x509.HostnameError
+	var alert tls.AlertError
+	var rh tls.RecordHeaderError
+	switch {
+	case errors.As(err, &verr), errors.As(err, &uerr), errors.As(err, &herr):
+		return &sendError{err: fmt.Errorf("%w: etcd %s: the server certificate is not trusted (check caFile): %v", ErrTLS, ep.name, certReason(err))}
+	case errors.As(err, &alert):
+		return &sendError{err: fmt.Errorf("%w: etcd %s rejected the TLS handshake (check certFile/keyFile and that the server trusts their CA): %v", ErrTLS, ep.name, alert)}
+	case errors.As(err, &rh):
+		return &sendError{err: fmt.Errorf("%w: etcd %s did not answer TLS (is the endpoint http:// rather than https://?)", ErrTLS, ep.name)}
+	}
+	var op *net.OpError
+	notSent := errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
+	return &sendError{err: fmt.Errorf("%w: etcd %s: %v", kv.ErrUnavailable, ep.name, scrub(err)), retryable: true, sent: !notSent}
+}
+
+// certReason is the x509 reason without certificate contents.
+func certReason(err error) string {
+	var uerr x509.UnknownAuthorityError
+	var herr x509.HostnameError
+	switch {
+	case errors.As(err, &uerr):
+		return "certificate signed by unknown authority"
+	case errors.As(err, &herr):
+		return "certificate is not valid for " + herr.Host
+	}
+	var verr *tls.CertificateVerificationError
+	if errors.As(err, &verr) {
+		return "verification failed: " + verr.Err.Error()
+	}
+	return "verification failed"
+}
+
+// scrub returns the innermost network error without the request URL.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// gRPC status codes the gateway reports.
+const (
+	codeInvalidArgument   = 3
+	codeDeadlineExceeded  = 4
+	codeResourceExhausted = 8
+	codeOutOfRange        = 11
+	codeUnavailable       = 14
+)
+
+// classifyStatus turns a non-200 gateway answer into an error: the
+// cluster's transient states (no leader, timeouts, overload) are
+// retryable and wrap kv.ErrUnavailable.
+func classifyStatus(ep *endpoint, status int, data []byte) *sendError {
+	var eb errorBody
+	_ = json.Unmarshal(data, &eb)
+	msg := eb.Message
+	if msg == "" {
+		msg = eb.Error
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	switch {
+	case eb.Code == codeUnavailable, eb.Code == codeDeadlineExceeded, eb.Code == codeResourceExhausted,
+		status >= 500, status == http.StatusTooManyRequests:
+		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", kv.ErrUnavailable, ep.name, msg), retryable: true, sent: true}
+	case eb.Code == codeOutOfRange:
+		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", errCompacted, ep.name, msg)}
+	default:
+		return &sendError{err: fmt.Errorf("etcd %s: HTTP %d: %s", ep.name, status, msg)}
+	}
+}

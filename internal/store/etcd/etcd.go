@@ -1,0 +1,271 @@
+// Package etcd is the "etcd" datastore: a kv.Store in an existing etcd v3
+// cluster, so that every node of a cluster allocates from the same state.
+//
+// It speaks etcd's own v3 JSON API (the gRPC gateway every etcd since 3.4
+// serves on its client URLs: POST /v3/kv/range and /v3/kv/txn) over
+// net/http with keep-alive connections, and deliberately does not link
+// etcd's gRPC client: the plugin binary is executed once per CNI call and
+// the gRPC/protobuf package initialisation alone would cost more than a
+// whole local ADD.
+//
+// Every key is stored under the configured prefix plus "/". A value's
+// Version is its etcd mod_revision. Txn is one etcd transaction whose
+// compares check the mod_revision of every condition's key (0: absent).
+// Get of several keys is one transaction of range requests (split into
+// chunks read at one pinned revision when there are many), and List is a
+// paginated range read at one revision, so both are consistent snapshots.
+//
+// Failures to reach a member fail over to the next endpoint and are retried
+// with jittered backoff until the request timeout; what remains wraps
+// kv.ErrUnavailable. A transaction whose answer was lost after it may have
+// reached etcd (a member killed mid-request) is resolved before Txn
+// returns: it is sent again and, when that fails its compares, the keys are
+// read back to see whether the first one applied. Values written by the
+// allocator are unique (they name the handle), which makes the read-back
+// exact; when a key the transaction wrote was changed again meanwhile, Txn
+// reports a conflict and the caller's re-read finds the truth (the
+// allocator re-reads the handle, whose key only its owner writes).
+//
+// Errors name endpoints (host:port) but never keys, values or credentials.
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPrefix         = "/ipkeeper"
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+)
+
+// maxOpsPerTxn keeps transactions under etcd's default --max-txn-ops (128).
+const maxOpsPerTxn = 128
+
+// pageSize is how many keys one List range request returns.
+const pageSize = 1000
+
+// Sentinel errors of the package.
+var (
+	// ErrConfig means the configuration cannot work (bad endpoint, TLS
+	// files that cannot be read).
+	ErrConfig = errors.New("etcd: invalid configuration")
+	// ErrTLS means a TLS handshake failed: an untrusted server certificate
+	// or a client certificate the server refused.
+	ErrTLS = errors.New("etcd: TLS failure")
+	// ErrTooLarge means a transaction has more operations than etcd accepts.
+	ErrTooLarge = errors.New("etcd: transaction too large")
+	// errCompacted means a pinned read revision was compacted away.
+	errCompacted = errors.New("etcd: revision compacted")
+)
+
+// Config says how to reach the cluster.
+type Config struct {
+	// Endpoints are client URLs (http, https, unix, unixs) or host:port.
+	Endpoints []string
+	// CAFile verifies the servers; CertFile and KeyFile are the client
+	// certificate. With any of them set, host:port endpoints use https.
+	CAFile, CertFile, KeyFile string
+	// Prefix is put before every key (default DefaultPrefix).
+	Prefix string
+	// DialTimeout bounds connecting (and the TLS handshake) to a member.
+	DialTimeout time.Duration
+	// RequestTimeout bounds one operation including its retries and
+	// failovers.
+	RequestTimeout time.Duration
+	// Serializable makes reads local to the member asked (faster, maybe
+	// stale). Writes are compare-and-swap guarded either way, so a stale
+	// read costs a retry, never a duplicate.
+	Serializable bool
+}
+
+// Store is the etcd-backed kv.Store. It is safe for concurrent use.
+type Store struct {
+	c        *client
+	prefix   string
+	serial   bool
+	closeMu  sync.Mutex
+	isClosed bool
+}
+
+var _ kv.Store = (*Store)(nil)
+
+// Open returns a store for cfg. It reads the TLS files but does not
+// contact etcd: the first operation does.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	tlsc, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(cfg, tlsc)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{c: c, prefix: strings.TrimRight(cfg.Prefix, "/") + "/", serial: cfg.Serializable}, nil
+}
+
+// Close drops the store's connections. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if !s.isClosed {
+		s.isClosed = true
+		s.c.close()
+	}
+	return nil
+}
+
+func (s *Store) full(key string) string { return s.prefix + key }
+
+// decodeKV turns a gateway key-value into a kv.KeyValue under key.
+func decodeKV(key string, e keyValue) (kv.KeyValue, error) {
+	v, err := unb64(e.Value)
+	if err != nil {
+		return kv.KeyValue{}, fmt.Errorf("etcd: undecodable value: %w", err)
+	}
+	rev, err := atoi(e.ModRevision)
+	if err != nil || rev <= 0 {
+		return kv.KeyValue{}, errors.New("etcd: undecodable mod_revision")
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return kv.KeyValue{Key: key, Value: v, Version: rev}, nil
+}
+
+// Get returns one entry per key, read at one revision.
+func (s *Store) Get(ctx context.Context, keys ...string) ([]kv.KeyValue, error) {
+	return s.get(ctx, s.serial, keys)
+}
+
+func (s *Store) get(ctx context.Context, serial bool, keys []string) ([]kv.KeyValue, error) {
+	out := make([]kv.KeyValue, len(keys))
+	if len(keys) == 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		}
+		return out, nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.getAt(ctx, serial, keys, out)
+		if errors.Is(err, errCompacted) && attempt < 3 {
+			continue
+		}
+		return out, err
+	}
+}
+
+func (s *Store) getAt(ctx context.Context, serial bool, keys []string, out []kv.KeyValue) error {
+	var rev string
+	for start := 0; start < len(keys); start += maxOpsPerTxn {
+		chunk := keys[start:min(start+maxOpsPerTxn, len(keys))]
+		req := txnRequest{Success: make([]requestOp, len(chunk))}
+		for i, k := range chunk {
+			req.Success[i] = requestOp{RequestRange: &rangeRequest{Key: b64(s.full(k)), Revision: rev, Serializable: serial}}
+		}
+		var resp txnResponse
+		if err := s.c.call(ctx, "/v3/kv/txn", req, &resp); err != nil {
+			return readErr(err)
+		}
+		if len(resp.Responses) != len(chunk) {
+			return fmt.Errorf("etcd: %d answers to %d reads", len(resp.Responses), len(chunk))
+		}
+		if rev == "" {
+			rev = resp.Header.Revision
+		}
+		for i, k := range chunk {
+			out[start+i] = kv.KeyValue{Key: k}
+			rr := resp.Responses[i].ResponseRange
+			if rr == nil || len(rr.KVs) == 0 {
+				continue
+			}
+			e, err := decodeKV(k, rr.KVs[0])
+			if err != nil {
+				return err
+			}
+			out[start+i] = e
+		}
+	}
+	return nil
+}
+
+// readErr drops the may-have-been-sent detail, which only matters to writes.
+func readErr(err error) error {
+	var se *sendError
+	if errors.As(err, &se) {
+		return se.err
+	}
+	return err
+}
+
+// List returns every entry under prefix, sorted by key, read at one
+// revision in pages.
+func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
+	for attempt := 0; ; attempt++ {
+		out, err := s.list(ctx, prefix)
+		if errors.Is(err, errCompacted) && attempt < 3 {
+			continue
+		}
+		return out, err
+	}
+}
+
+func (s *Store) list(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
+	full := s.full(prefix)
+	end := b64(prefixEnd(full))
+	key := full
+	var rev string
+	var out []kv.KeyValue
+	for {
+		req := rangeRequest{Key: b64(key), RangeEnd: end, Limit: itoa(pageSize), Revision: rev, Serializable: s.serial}
+		var resp rangeResponse
+		if err := s.c.call(ctx, "/v3/kv/range", req, &resp); err != nil {
+			return nil, readErr(err)
+		}
+		if rev == "" {
+			rev = resp.Header.Revision
+		}
+		for _, e := range resp.KVs {
+			k, err := unb64(e.Key)
+			if err != nil || !strings.HasPrefix(string(k), full) {
+				return nil, errors.New("etcd: range returned a key outside the prefix")
+			}
+			kvp, err := decodeKV(string(k)[len(s.prefix):], e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, kvp)
+		}
+		if !resp.More || len(resp.KVs) == 0 {
+			break
+		}
+		last, _ := unb64(resp.KVs[len(resp.KVs)-1].Key)
+		key = string(last) + "\x00"
+	}
+	// etcd sorts bytewise already; keep the contract explicit.
+	if !sort.SliceIsSorted(out, func(i, j int) bool { return out[i].Key < out[j].Key }) {
+		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	}
+	return out, nil
+}

@@ -1,0 +1,149 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/kv/kvtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+)
+
+// server is the embedded etcd every test of the package shares; tests
+// keep apart by key prefix.
+var server *etcdtest.Server
+
+func TestMain(m *testing.M) {
+	s, stop := etcdtest.Shared()
+	server = s
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+var prefixes atomic.Int64
+
+// open returns a store under a prefix no other test uses.
+func open(t testing.TB, mod ...func(*etcd.Config)) *etcd.Store {
+	t.Helper()
+	cfg := etcd.Config{
+		Endpoints: []string{server.Endpoint},
+		Prefix:    fmt.Sprintf("/t%d-%s", prefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "_")),
+	}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	s, err := etcd.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	kvtest.Run(t, func(t *testing.T) kv.Store { return open(t) })
+}
+
+func TestConformanceSerializable(t *testing.T) {
+	kvtest.Run(t, func(t *testing.T) kv.Store {
+		return open(t, func(c *etcd.Config) { c.Serializable = true })
+	})
+}
+
+// Keys of one prefix are invisible under another, and List pages through
+// more keys than one range request returns.
+func TestPrefixIsolationAndPaging(t *testing.T) {
+	a, b := open(t), open(t)
+	defer a.Close()
+	defer b.Close()
+	const n = 2500
+	for start := 0; start < n; start += 100 {
+		var ops []kv.Op
+		for i := start; i < start+100; i++ {
+			ops = append(ops, kv.Op{Key: fmt.Sprintf("k/%05d", i), Value: []byte("x")})
+		}
+		if err := a.Txn(t.Context(), nil, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := a.List(t.Context(), "k/")
+	if err != nil || len(got) != n {
+		t.Fatalf("List: %d entries, err %v; want %d", len(got), err, n)
+	}
+	for i, e := range got {
+		if e.Key != fmt.Sprintf("k/%05d", i) {
+			t.Fatalf("entry %d is %q", i, e.Key)
+		}
+	}
+	if got, err := b.List(t.Context(), ""); err != nil || len(got) != 0 {
+		t.Fatalf("other prefix sees %d entries (err %v)", len(got), err)
+	}
+}
+
+// An unreachable cluster fails within the request timeout with
+// kv.ErrUnavailable, and the message names the endpoint, not the keys.
+func TestUnreachable(t *testing.T) {
+	port, err := etcdtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := fmt.Sprintf("http://127.0.0.1:%d", port)
+	s, err := etcd.Open(t.Context(), etcd.Config{Endpoints: []string{ep}, RequestTimeout: 500 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	err = s.Txn(t.Context(), []kv.Cond{{Key: "secret-key", Version: 0}}, []kv.Op{{Key: "secret-key", Value: []byte("secret-value")}})
+	if !errors.Is(err, kv.ErrUnavailable) {
+		t.Fatalf("Txn: %v, want kv.ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Txn took %v with a 500ms request timeout", d)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Fatalf("error leaks key or value: %v", err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(port)) {
+		t.Fatalf("error does not name the endpoint: %v", err)
+	}
+	_, err = s.Get(t.Context(), "secret-key")
+	if !errors.Is(err, kv.ErrUnavailable) {
+		t.Fatalf("Get: %v, want kv.ErrUnavailable", err)
+	}
+}
+
+// A dead endpoint first in the list is skipped for a live one.
+func TestFailover(t *testing.T) {
+	port, err := etcdtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("127.0.0.1:%d", port)
+	for range 5 { // the first endpoint is picked at random
+		s := open(t, func(c *etcd.Config) { c.Endpoints = []string{dead, server.Endpoint} })
+		if err := s.Txn(t.Context(), nil, []kv.Op{{Key: "k", Value: []byte("v")}}); err != nil {
+			t.Fatalf("Txn with one dead endpoint: %v", err)
+		}
+		s.Close()
+	}
+}
+
+func TestTooManyOps(t *testing.T) {
+	s := open(t)
+	defer s.Close()
+	ops := make([]kv.Op, 200)
+	for i := range ops {
+		ops[i] = kv.Op{Key: fmt.Sprint(i), Value: []byte("v")}
+	}
+	if err := s.Txn(context.Background(), nil, ops); !errors.Is(err, etcd.ErrTooLarge) {
+		t.Fatalf("200-op txn: %v, want ErrTooLarge", err)
+	}
+}
