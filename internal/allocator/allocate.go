@@ -279,15 +279,18 @@ func (a *Allocator) claim(ctx context.Context, p *plan, pool ipam.Pool, h ipam.H
 // claimBlock creates block cidr affine to the handle's node in the plan.
 func claimBlock(p *plan, pool ipam.Pool, cidr netip.Prefix, h ipam.Handle) (ipam.HandleIP, bool) {
 	key := BlockKey(pool.Name, cidr)
-	if _, seen := p.blocks[key]; seen || !pool.HasRoom(cidr) {
+	pb, seen := p.blocks[key]
+	if seen && (pb.exists || pb.dirty) || !pool.HasRoom(cidr) {
 		return ipam.HandleIP{}, false
 	}
 	b, addr, err := ipam.NewBlock(pool, cidr, h.Node).Assign(pool, h.ID)
 	if err != nil {
 		return ipam.HandleIP{}, false
 	}
+	if !seen {
+		p.order = append(p.order, key)
+	}
 	p.blocks[key] = &planBlock{block: b, dirty: true}
-	p.order = append(p.order, key)
 	aff := AffinityKey(h.Node, pool.Name, cidr)
 	p.conds = append(p.conds, kv.Cond{Key: aff, Version: 0})
 	p.ops = append(p.ops, kv.Op{Key: aff, Value: []byte(key)})

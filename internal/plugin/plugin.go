@@ -174,7 +174,10 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if !ok {
 		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no allocation for handle %q", id), "")
 	}
-	return checkPrevResult(args.StdinData, h)
+	if err := checkPrevResult(args.StdinData, h); err != nil {
+		return cniError(err)
+	}
+	return nil
 }
 
 // GC releases every allocation of this network on this node whose
@@ -201,7 +204,10 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	for _, h := range released {
 		p.Log.Info("gc released", "handle", h.ID, "node", h.Node)
 	}
-	return cniError(err)
+	if err != nil {
+		return cniError(err)
+	}
+	return nil
 }
 
 // Status fails when the datastore is unusable or a range set has no pool

@@ -58,7 +58,7 @@ func (h *harness) add(container string, stdin []byte) (*current.Result, error) {
 	if err := h.p.Add(h.args(container, stdin)); err != nil {
 		return nil, err
 	}
-	ver, err := version.ConfigDecoder{}.Decode(stdin)
+	ver, err := (&version.ConfigDecoder{}).Decode(stdin)
 	if err != nil {
 		h.t.Fatal(err)
 	}
