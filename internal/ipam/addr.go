@@ -50,17 +50,28 @@ func offsetOf(base, a netip.Addr) uint64 {
 
 // lastAddr returns the highest address of p.
 func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().As16()
-	bits := p.Bits()
-	if p.Addr().Is4() {
-		bits += 96
+	base := p.Masked().Addr()
+	hb := hostBits(p)
+	if base.Is4() {
+		b := base.As4()
+		v := binary.BigEndian.Uint32(b[:]) | uint32(uint64(1)<<uint(hb)-1)
+		binary.BigEndian.PutUint32(b[:], v)
+		return netip.AddrFrom4(b)
 	}
-	for i := bits; i < 128; i++ {
-		b[i/8] |= 1 << (7 - uint(i%8))
+	b := base.As16()
+	hi := binary.BigEndian.Uint64(b[:8])
+	lo := binary.BigEndian.Uint64(b[8:])
+	if hb >= 64 {
+		lo = ^uint64(0)
+		hi |= uint64(1)<<uint(hb-64) - 1
+		if hb == 128 {
+			hi = ^uint64(0)
+		}
+	} else {
+		lo |= uint64(1)<<uint(hb) - 1
 	}
-	if p.Addr().Is4() {
-		return netip.AddrFrom16(b).Unmap()
-	}
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], lo)
 	return netip.AddrFrom16(b)
 }
 

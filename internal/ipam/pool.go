@@ -94,7 +94,7 @@ func (p Pool) Validate() error {
 			return bad("exclude %s is not a prefix of the pool's family", x)
 		}
 	}
-	if p.Usable() == 0 {
+	if !p.hasUsable() {
 		return bad("%s has no usable address", p.CIDR)
 	}
 	return nil
@@ -186,6 +186,44 @@ func (p Pool) Usable() uint64 {
 		n += uint64(p.PermittedIn(p.BlockAt(i)))
 	}
 	return n
+}
+
+// hasUsable reports whether any address is permitted, stepping over
+// excluded prefixes whole, so it takes a few steps whatever the pool's size.
+func (p Pool) hasUsable() bool {
+	a, end := p.CIDR.Addr(), lastAddr(p.CIDR)
+	if p.RangeStart.IsValid() {
+		a = p.RangeStart
+	}
+	if p.RangeEnd.IsValid() {
+		end = p.RangeEnd
+	}
+	for !end.Less(a) {
+		if x, ok := p.excludedBy(a); ok {
+			next := lastAddr(x).Next()
+			if !next.IsValid() || !p.CIDR.Contains(next) {
+				return false
+			}
+			a = next
+			continue
+		}
+		if p.Permits(a) {
+			return true
+		}
+		if a = a.Next(); !a.IsValid() {
+			return false
+		}
+	}
+	return false
+}
+
+func (p Pool) excludedBy(a netip.Addr) (netip.Prefix, bool) {
+	for _, x := range p.Exclude {
+		if x.Contains(a) {
+			return x, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // BlockSpan returns the indices of the first and last block that overlap
