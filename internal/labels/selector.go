@@ -88,7 +88,8 @@ func parseTerm(t string) (requirement, error) {
 			return requirement{key: k, op: sep.op, values: []string{v}}, checkKey(k)
 		}
 	}
-	fields := strings.Fields(t)
+	// "k in(a,b)" is valid Kubernetes syntax: the list needs no space.
+	fields := strings.Fields(strings.Replace(t, "(", " (", 1))
 	if len(fields) == 1 {
 		return requirement{key: fields[0], op: opExists}, checkKey(fields[0])
 	}
