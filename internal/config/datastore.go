@@ -197,9 +197,11 @@ func (d *Datastore) finish(k datastoreKeys) error {
 	case DatastoreLocal:
 		// A forgotten "type": "etcd" would silently give every node its own
 		// store, and so duplicate addresses across nodes: refuse.
-		for _, f := range []struct{ key, v string }{{k.endpoints, strings.Join(d.Endpoints, ",")},
-			{k.ca, d.CAFile}, {k.cert, d.CertFile}, {k.key, d.KeyFile}} {
-			if f.v != "" {
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{k.endpoints, len(d.Endpoints) != 0}, {k.ca, d.CAFile != ""}, {k.cert, d.CertFile != ""}, {k.key, d.KeyFile != ""}} {
+			if f.set {
 				return invalid(f.key, "is set but %s is %q; set it to %q to use etcd", k.typ, DatastoreLocal, DatastoreEtcd)
 			}
 		}
