@@ -100,6 +100,11 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 		}
 		h.IPs = append(h.IPs, hip)
 	}
+	for _, w := range req.Want {
+		if !slices.ContainsFunc(h.IPs, func(ip ipam.HandleIP) bool { return ip.Addr == w }) {
+			return ipam.Handle{}, fmt.Errorf("%w: %s is in no usable pool of the request (pools %s)", ErrAddrUnavailable, w, strings.Join(names, ", "))
+		}
+	}
 	err = p.commit(ctx,
 		[]kv.Cond{{Key: HandleKey(h.ID), Version: 0}},
 		[]kv.Op{{Key: HandleKey(h.ID), Value: encode(h)}})
