@@ -105,10 +105,20 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 			return ipam.Handle{}, fmt.Errorf("%w: %s is in no usable pool of the request (pools %s)", ErrAddrUnavailable, w, strings.Join(names, ", "))
 		}
 	}
-	err = p.commit(ctx,
-		[]kv.Cond{{Key: HandleKey(h.ID), Version: 0}},
-		[]kv.Op{{Key: HandleKey(h.ID), Value: encode(h)}})
-	if err != nil {
+	conds := []kv.Cond{{Key: HandleKey(h.ID), Version: 0}}
+	ops := []kv.Op{{Key: HandleKey(h.ID), Value: encode(h)}}
+	for i, n := range names {
+		// The pools must not be deleted or redefined meanwhile. A claim
+		// also rewrites its pool, unchanged, so that a DeletePool that
+		// listed the pool's blocks before the new one existed fails its
+		// condition on the pool instead of deleting a pool in use.
+		pe := es[i+1]
+		conds = append(conds, kv.Cond{Key: pe.Key, Version: pe.Version})
+		if p.claimed[n] {
+			ops = append(ops, kv.Op{Key: pe.Key, Value: pe.Value})
+		}
+	}
+	if err := p.commit(ctx, conds, ops); err != nil {
 		return ipam.Handle{}, err
 	}
 	return h, nil
@@ -296,6 +306,7 @@ func claimBlock(p *plan, pool ipam.Pool, cidr netip.Prefix, h ipam.Handle) (ipam
 		p.order = append(p.order, key)
 	}
 	p.blocks[key] = &planBlock{block: b, dirty: true}
+	p.claimed[pool.Name] = true
 	aff := AffinityKey(h.Node, pool.Name, cidr)
 	p.conds = append(p.conds, kv.Cond{Key: aff, Version: 0})
 	p.ops = append(p.ops, kv.Op{Key: aff, Value: []byte(key)})
