@@ -166,7 +166,8 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 			}
 		}
 		if ctx.Err() != nil {
-			err := fmt.Errorf("%w: %w (last error: %w)", kv.ErrUnavailable, ctx.Err(), last.err)
+			detail := strings.TrimPrefix(last.err.Error(), kv.ErrUnavailable.Error()+": ")
+			err := fmt.Errorf("%w: %w (last error: %s)", kv.ErrUnavailable, ctx.Err(), detail)
 			return &sendError{err: err, retryable: true, sent: sent}
 		}
 	}

@@ -1,0 +1,63 @@
+//go:build unix
+
+package datastore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// nodeLock takes an exclusive flock on dir/name, waiting at most wait (and
+// while ctx lasts); the returned func releases it. A process that dies
+// releases its lock with its file descriptor.
+func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func(), error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("node lock directory: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("node lock: %w", err)
+	}
+	fd := int(f.Fd())
+	if err := flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		return func() { _ = f.Close() }, nil
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		_ = f.Close()
+		return nil, fmt.Errorf("node lock %s: %w", path, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- flock(fd, syscall.LOCK_EX) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("node lock %s: %w", path, err)
+		}
+		return func() { _ = f.Close() }, nil
+	case <-ctx.Done():
+		go func() {
+			<-done
+			_ = f.Close()
+		}()
+		return nil, fmt.Errorf("%w: another ipkeeper process on this node held %s for %v: %w", kv.ErrUnavailable, path, wait, ctx.Err())
+	}
+}
+
+func flock(fd, how int) error {
+	for {
+		err := syscall.Flock(fd, how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}

@@ -1,0 +1,124 @@
+// Package etcdfault tests ipkeeper against real etcd: the plugin binary as
+// a process on embedded etcd, kill -9 of plugin processes, and a
+// three-member etcd cluster of separate processes whose leader is killed
+// during a run.
+package etcdfault
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+)
+
+var (
+	// pluginBin is the ipkeeper binary built for this test run.
+	pluginBin string
+	// shared is an embedded etcd for the tests that do not kill etcd.
+	shared *etcdtest.Server
+)
+
+// moduleRoot is the repository root (two levels above this package).
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func TestMain(m *testing.M) {
+	tmp, err := os.MkdirTemp("", "etcdfault-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	pluginBin = filepath.Join(tmp, "ipkeeper")
+	cmd := exec.Command("go", "build", "-o", pluginBin, "./cmd/ipkeeper")
+	cmd.Dir = moduleRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build ./cmd/ipkeeper: %v\n%s", err, out)
+		os.Exit(2)
+	}
+	s, stop := etcdtest.Shared()
+	shared = s
+	code := m.Run()
+	stop()
+	_ = os.RemoveAll(tmp)
+	os.Exit(code)
+}
+
+// netconf is a bridge network config with ipkeeper IPAM on etcd: one IPv4
+// and one IPv6 range set side by side.
+func netconf(name, node, prefix string, endpoints []string, extra string) []byte {
+	eps, _ := json.Marshal(endpoints)
+	return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":%q,"type":"bridge",
+	"ipam":{"type":"ipkeeper","nodeName":%q,
+	  "datastore":{"type":"etcd","endpoints":%s,"prefix":%q%s},
+	  "ranges":[[{"subnet":"10.77.0.0/16"}],[{"subnet":"fd77::/112"}]]}}`, name, node, eps, prefix, extra)
+}
+
+// outcome is what one plugin run printed.
+type outcome struct {
+	IPs    []netip.Addr
+	Code   int // CNI error code, 0 on success
+	Msg    string
+	Stderr string
+}
+
+// runPlugin runs the ipkeeper binary for one CNI verb.
+func runPlugin(ctx context.Context, t testing.TB, verb, container string, conf []byte, lockDir string, env ...string) (outcome, error) {
+	cmd := exec.CommandContext(ctx, pluginBin)
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+verb, "CNI_CONTAINERID="+container,
+		"CNI_NETNS=/var/run/netns/"+container, "CNI_IFNAME=eth0", "CNI_PATH=/opt/cni/bin",
+		"IPKEEPER_LOCK_DIR="+lockDir)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdin = bytes.NewReader(conf)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	o := outcome{Stderr: stderr.String()}
+	if stdout.Len() > 0 {
+		var r struct {
+			Code int    `json:"code"`
+			Msg  string `json:"msg"`
+			IPs  []struct {
+				Address string `json:"address"`
+			} `json:"ips"`
+		}
+		if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
+			return o, fmt.Errorf("%s %s: stdout is not JSON: %v\n%s", verb, container, jerr, stdout.String())
+		}
+		o.Code, o.Msg = r.Code, r.Msg
+		for _, ip := range r.IPs {
+			p, perr := netip.ParsePrefix(ip.Address)
+			if perr != nil {
+				return o, fmt.Errorf("%s %s: bad address %q", verb, container, ip.Address)
+			}
+			o.IPs = append(o.IPs, p.Addr())
+		}
+	}
+	if err != nil && o.Code == 0 {
+		return o, fmt.Errorf("%s %s: %v (stderr %s)", verb, container, err, strings.TrimSpace(o.Stderr))
+	}
+	return o, nil
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
+}
