@@ -1,0 +1,317 @@
+package importer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/consistency"
+	"github.com/ipkeeper/ipkeeper/internal/importer"
+	"github.com/ipkeeper/ipkeeper/internal/importer/calico"
+	"github.com/ipkeeper/ipkeeper/internal/importer/whereabouts"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/netpools"
+	"github.com/ipkeeper/ipkeeper/internal/store/local"
+)
+
+func openStore(t *testing.T) kv.Store {
+	t.Helper()
+	st, err := local.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func calicoPlan(t *testing.T) *importer.Plan {
+	t.Helper()
+	data, err := os.ReadFile("testdata/calico-block-100.112.209.128-26.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, err := calico.ParseFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := calico.Plan(kvs, calico.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+func whereaboutsPlan(t *testing.T) *importer.Plan {
+	t.Helper()
+	var files [][]byte
+	for _, f := range []string{"testdata/whereabouts-ippools.yaml", "testdata/network-attachment-definition.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, b)
+	}
+	plan, err := whereabouts.Plan(files, whereabouts.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// dump lists every key with its version.
+func dump(t *testing.T, st kv.Store) string {
+	t.Helper()
+	es, err := st.List(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range es {
+		fmt.Fprintf(&b, "%s@%d\n", e.Key, e.Version)
+	}
+	return b.String()
+}
+
+func statuses(r importer.Result) map[string]int {
+	out := map[string]int{}
+	for _, c := range r.Changes {
+		out[c.Kind+" "+c.Status]++
+	}
+	return out
+}
+
+func mustClean(t *testing.T, st kv.Store) {
+	t.Helper()
+	r, err := consistency.Check(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems) != 0 {
+		t.Fatalf("check after import: %+v", r.Problems)
+	}
+}
+
+// TestCalicoImportThenAllocate imports the real Calico block: exactly its
+// 9 addresses are taken, a second run writes nothing, and allocating the
+// pool dry hands out every other usable address, never an imported one,
+// in Calico's free order.
+func TestCalicoImportThenAllocate(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	plan := calicoPlan(t)
+	res, err := importer.Apply(ctx, st, plan, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"pool created": 1, "block created": 1, "handle created": 9}
+	if got := statuses(res); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("changes %v, want %v", got, want)
+	}
+	if len(res.Addresses) != 9 {
+		t.Fatalf("%d addresses imported, want 9", len(res.Addresses))
+	}
+	mustClean(t, st)
+
+	before := dump(t, st)
+	res, err = importer.Apply(ctx, st, calicoPlan(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statuses(res); fmt.Sprint(got) != fmt.Sprint(map[string]int{"pool present": 1, "block present": 1, "handle present": 9}) {
+		t.Fatalf("second run: %v", got)
+	}
+	if dump(t, st) != before {
+		t.Fatal("second run wrote to the store")
+	}
+
+	a := allocator.New(st, nil)
+	pool := plan.Pools[0]
+	imported := plan.Addresses()
+	var got []netip.Addr
+	for i := 0; ; i++ {
+		h, err := a.Allocate(ctx, allocator.Request{
+			Handle: ipam.Handle{ID: fmt.Sprintf("net.c%d.eth0", i), Node: "ip-10-200-205-203"},
+			Sets:   [][]string{{pool.Name}},
+		})
+		if errors.Is(err, allocator.ErrExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, h.IPs[0].Addr)
+	}
+	for _, g := range got {
+		if slices.Contains(imported, g) {
+			t.Errorf("allocation handed out imported address %s", g)
+		}
+	}
+	// 62 usable (network and broadcast of the /26 excluded) less the 8
+	// imported usable ones (.128 is the network address).
+	if len(got) != 54 {
+		t.Errorf("allocated %d addresses before exhaustion, want 54", len(got))
+	}
+	if got[0] != netip.MustParseAddr("100.112.209.173") {
+		t.Errorf("first allocation %s, want 100.112.209.173 (Calico's first unallocated ordinal, 45)", got[0])
+	}
+	mustClean(t, st)
+}
+
+// TestWhereaboutsImportThenAllocate imports the real whereabouts pool; the
+// NetworkAttachmentDefinition's config then adopts the pool, finds it
+// exhausted (the production leak), and gets the address of a released
+// stale allocation.
+func TestWhereaboutsImportThenAllocate(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	plan := whereaboutsPlan(t)
+	if _, err := importer.Apply(ctx, st, plan, false); err != nil {
+		t.Fatal(err)
+	}
+	mustClean(t, st)
+	a := allocator.New(st, nil)
+	conf, err := config.Parse([]byte(`{"cniVersion":"0.3.1","name":"test","type":"ipvlan","ipam":{"type":"ipkeeper",
+		"range":"172.18.178.192/27","range_start":"172.18.178.196","range_end":"172.18.178.200"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := netpools.Resolve(ctx, a, conf)
+	if err != nil {
+		t.Fatalf("the config does not adopt the imported pool: %v", err)
+	}
+	if p := sets[0][0]; p.Name != plan.Pools[0].Name || p.RangeStart.String() != "172.18.178.196" {
+		t.Fatalf("resolved pool %+v", p)
+	}
+	req := func(id string) allocator.Request {
+		return allocator.Request{Handle: ipam.Handle{ID: id, Node: "n1"}, Sets: [][]string{sets[0].Names()}}
+	}
+	if _, err := a.Allocate(ctx, req("test.new1.net1")); !errors.Is(err, allocator.ErrExhausted) {
+		t.Fatalf("allocate in the full imported pool: %v, want ErrExhausted", err)
+	}
+	stale := "test.7213d4c5b6a7988a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f07a7a16b0f67.net1"
+	if freed, err := a.Release(ctx, stale); err != nil || len(freed) != 1 || freed[0].String() != "172.18.178.199" {
+		t.Fatalf("release %s: %v, %v", stale, freed, err)
+	}
+	h, err := a.Allocate(ctx, req("test.new1.net1"))
+	if err != nil || h.IPs[0].Addr.String() != "172.18.178.199" {
+		t.Fatalf("allocate after release: %+v, %v", h, err)
+	}
+	mustClean(t, st)
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	st := openStore(t)
+	before := dump(t, st)
+	res, err := importer.Apply(context.Background(), st, calicoPlan(t), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statuses(res); got["handle would-create"] != 9 || got["block would-create"] != 1 {
+		t.Fatalf("dry run: %v", got)
+	}
+	if dump(t, st) != before {
+		t.Fatal("dry run wrote")
+	}
+}
+
+func TestConflictsWriteNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, st kv.Store)
+		mention string
+	}{
+		{"overlapping pool", func(t *testing.T, st kv.Store) {
+			if err := allocator.New(st, nil).CreatePool(ctx, ipam.Pool{Name: "default", CIDR: netip.MustParsePrefix("100.112.0.0/16"), BlockSize: 26}); err != nil {
+				t.Fatal(err)
+			}
+		}, "overlaps"},
+		{"same name, other CIDR", func(t *testing.T, st kv.Store) {
+			if err := allocator.New(st, nil).CreatePool(ctx, ipam.Pool{Name: "calico-100.112.209.128-26", CIDR: netip.MustParsePrefix("10.0.0.0/24"), BlockSize: 26}); err != nil {
+				t.Fatal(err)
+			}
+		}, "10.0.0.0/24"},
+		{"address held by another handle", func(t *testing.T, st kv.Store) {
+			if _, err := importer.Apply(ctx, st, calicoPlan(t), false); err != nil {
+				t.Fatal(err)
+			}
+			a := allocator.New(st, nil)
+			if _, err := a.ReleaseAddr(ctx, netip.MustParseAddr("100.112.209.150")); err != nil {
+				t.Fatal(err)
+			}
+		}, "100.112.209.150 is held by nobody"},
+		{"handle with other addresses", func(t *testing.T, st kv.Store) {
+			id := "k8s-pod-network.884e11ced699fe17a493ffd59f18c97fd090fd8150411a11643a280a8250c510.eth0"
+			if err := st.Txn(ctx, nil, []kv.Op{{Key: allocator.HandleKey(id), Value: []byte(`{"id":"` + id + `","ips":[]}`)}}); err != nil {
+				t.Fatal(err)
+			}
+		}, "exists with addresses none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := openStore(t)
+			tc.prepare(t, st)
+			before := dump(t, st)
+			_, err := importer.Apply(ctx, st, calicoPlan(t), false)
+			if !errors.Is(err, importer.ErrConflict) || !strings.Contains(err.Error(), tc.mention) {
+				t.Fatalf("err = %v, want ErrConflict mentioning %q", err, tc.mention)
+			}
+			if dump(t, st) != before {
+				t.Fatal("a refused import wrote to the store")
+			}
+		})
+	}
+}
+
+// failAfter fails every transaction after the first n.
+type failAfter struct {
+	kv.Store
+	n int
+}
+
+var errCut = errors.New("cut")
+
+func (s *failAfter) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	if s.n == 0 {
+		return errCut
+	}
+	s.n--
+	return s.Store.Txn(ctx, conds, ops)
+}
+
+// TestInterruptedImportCompletes: an import cut after its pool and block
+// leaves the addresses taken (never free); running it again completes it.
+func TestInterruptedImportCompletes(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	if _, err := importer.Apply(ctx, &failAfter{Store: st, n: 2}, calicoPlan(t), false); !errors.Is(err, errCut) {
+		t.Fatalf("cut import: %v", err)
+	}
+	r, err := consistency.Check(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Problems {
+		if p.Kind != consistency.KindOrphanAddr {
+			t.Errorf("after the cut: %+v; want only addresses without their handles yet", p)
+		}
+	}
+	if r.Counts.Allocated != 9 {
+		t.Fatalf("after the cut %d addresses are taken, want 9", r.Counts.Allocated)
+	}
+	res, err := importer.Apply(ctx, st, calicoPlan(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statuses(res); got["handle created"] != 9 || got["block present"] != 1 {
+		t.Fatalf("second run: %v", got)
+	}
+	mustClean(t, st)
+}
