@@ -35,8 +35,8 @@ type Change struct {
 
 // Result is what Apply did.
 type Result struct {
-	Source string   `json:"source"`
-	DryRun bool     `json:"dryRun"`
+	Source  string   `json:"source"`
+	DryRun  bool     `json:"dryRun"`
 	Changes []Change `json:"changes"`
 	// Addresses are every address the import holds taken.
 	Addresses []netip.Addr `json:"addresses"`

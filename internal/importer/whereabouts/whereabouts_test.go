@@ -219,5 +219,3 @@ func FuzzPlan(f *testing.F) {
 		}
 	})
 }
-
-
