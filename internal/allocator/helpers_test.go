@@ -171,8 +171,8 @@ func checkConsistent(tb testing.TB, a *allocator.Allocator, s kv.Store) map[neti
 	stored := map[string]bool{}
 	for _, e := range mustList(tb, s, "affinity/") {
 		stored[e.Key] = true
-		blocks := slices.IndexFunc(blocks, func(b ipam.Block) bool { return allocator.BlockKey(b.Pool, b.CIDR) == string(e.Value) })
-		if !affinity[e.Key] || blocks < 0 {
+		target := slices.IndexFunc(blocks, func(b ipam.Block) bool { return allocator.BlockKey(b.Pool, b.CIDR) == string(e.Value) })
+		if !affinity[e.Key] || target < 0 {
 			tb.Fatalf("affinity %s -> %s matches no block's node", e.Key, e.Value)
 		}
 	}
