@@ -1,0 +1,217 @@
+// Command etcd-bench measures ipkeeper's etcd datastore against the raw
+// speed of the same etcd, in one run, and prints a table:
+//
+//  1. the raw ceiling: single-key compare-and-swap transactions on distinct
+//     keys through etcd's Go client (gRPC) and through ipkeeper's JSON
+//     gateway client, at concurrency 1, 8 and 64;
+//  2. ipkeeper allocations/s with p50/p99 at the same concurrencies,
+//     spread over 50 nodes (one allocation at a time per node, as the
+//     plugin's node lock makes it);
+//  3. one hot node with 16 concurrent allocations, without and with the
+//     node lock;
+//  4. the ipkeeper binary as a process: sequential ADDs on one node and 16
+//     concurrent ADD processes, next to host-local ADDs on local disk;
+//  5. with -scale: ADD p50 with 10 nodes and with 5 000 nodes of 110 pods
+//     each (550 000 addresses in a /12 pool) already in the store.
+//
+// It starts an embedded etcd unless -endpoint names one. Numbers are
+// printed, never asserted.
+//
+//	go run ./test/bench/etcd [-dur 3s] [-seq 500] [-scale]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+)
+
+var (
+	flagEndpoint  = flag.String("endpoint", "", "etcd client URL to use instead of an embedded etcd")
+	flagDur       = flag.Duration("dur", 3*time.Second, "duration of each throughput measurement")
+	flagSeq       = flag.Int("seq", 500, "sequential ADD processes per plugin")
+	flagConc      = flag.Int("conc-total", 320, "ADD processes in the 16-concurrent process run")
+	flagIpkeeper  = flag.String("ipkeeper", "", "ipkeeper binary (default: go build ./cmd/ipkeeper)")
+	flagHostLocal = flag.String("host-local", "", "host-local binary (default: .tools/bin/host-local, else go install)")
+	flagScale     = flag.Bool("scale", false, "also run the 5 000-node scale measurement")
+	flagNodes     = flag.Int("scale-nodes", 5000, "nodes in the scale measurement")
+	flagPods      = flag.Int("scale-pods", 110, "pods per node in the scale measurement")
+	flagSkipProc  = flag.Bool("skip-proc", false, "skip the process measurements")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	ctx := context.Background()
+	ep := *flagEndpoint
+	if ep == "" {
+		s, err := etcdtest.Start("", nil)
+		if err != nil {
+			log.Fatalf("start embedded etcd: %v", err)
+		}
+		defer s.Close()
+		ep = s.Endpoint
+		fmt.Printf("embedded etcd at %s (data in %s)\n", ep, s.Dir)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	open := func(prefix string, serial bool) *etcd.Store {
+		s, err := etcd.Open(ctx, etcd.Config{Endpoints: []string{ep}, Prefix: prefix, Serializable: serial})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return s
+	}
+
+	concs := []int{1, 8, 64}
+	fmt.Printf("\n1-2. throughput, %v per cell (ratio = ipkeeper allocations/s / raw gRPC CAS txns/s)\n", *flagDur)
+	fmt.Printf("%-5s %12s %12s %12s %9s %9s %9s %7s %10s\n", "conc", "raw gRPC/s", "raw JSON/s", "alloc/s", "p50", "p99", "retries", "ratio", "ratio/JSON")
+	for _, c := range concs {
+		rawG := measure(c, *flagDur, func(w, i int) error {
+			k := fmt.Sprintf("/raw-grpc/%d/%d/%d", c, w, i)
+			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).Then(clientv3.OpPut(k, "v")).Commit()
+			if err == nil && !r.Succeeded {
+				err = kv.ErrConflict
+			}
+			return err
+		})
+		js := open(fmt.Sprintf("/raw-json-%d", c), false)
+		rawJ := measure(c, *flagDur, func(w, i int) error {
+			k := fmt.Sprintf("%d/%d", w, i)
+			return js.Txn(ctx, []kv.Cond{{Key: k, Version: 0}}, []kv.Op{{Key: k, Value: []byte("v")}})
+		})
+		js.Close()
+		cs := &countingStore{Store: open(fmt.Sprintf("/alloc-%d", c), false)}
+		al := allocBench(ctx, cs, c, 50, true, *flagDur)
+		cs.Close()
+		fmt.Printf("%-5d %12.0f %12.0f %12.0f %9s %9s %9.3f %7.2f %10.2f\n", c, rawG.rate(), rawJ.rate(), al.rate(),
+			ms(al.pct(50)), ms(al.pct(99)), float64(cs.conflicts.Load())/float64(max(al.n, 1)), al.rate()/rawG.rate(), al.rate()/rawJ.rate())
+		ss := &countingStore{Store: open(fmt.Sprintf("/alloc-serial-%d", c), true)}
+		as := allocBench(ctx, ss, c, 50, true, *flagDur)
+		ss.Close()
+		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9.3f %7.2f %10.2f  (serializable reads)\n", "", "", "", as.rate(),
+			ms(as.pct(50)), ms(as.pct(99)), float64(ss.conflicts.Load())/float64(max(as.n, 1)), as.rate()/rawG.rate(), as.rate()/rawJ.rate())
+	}
+
+	fmt.Printf("\n3. hot node: 16 concurrent allocations on one node, %v each\n", *flagDur)
+	fmt.Printf("%-22s %10s %9s %9s %14s\n", "", "alloc/s", "p50", "p99", "conflicts/alloc")
+	for _, locked := range []bool{false, true} {
+		name := "no node lock"
+		if locked {
+			name = "node lock (as plugin)"
+		}
+		cs := &countingStore{Store: open(fmt.Sprintf("/hot-%v", locked), false)}
+		r := allocBench(ctx, cs, 16, 1, locked, *flagDur)
+		cs.Close()
+		fmt.Printf("%-22s %10.0f %9s %9s %14.3f\n", name, r.rate(), ms(r.pct(50)), ms(r.pct(99)), float64(cs.conflicts.Load())/float64(max(r.n, 1)))
+	}
+
+	if !*flagSkipProc {
+		procBench(ctx, ep)
+	}
+	if *flagScale {
+		scaleBench(ctx, ep, cli, open)
+	}
+}
+
+// countingStore counts conflicting transactions.
+type countingStore struct {
+	*etcd.Store
+	conflicts atomic.Int64
+}
+
+func (c *countingStore) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	err := c.Store.Txn(ctx, conds, ops)
+	if err != nil && strings.Contains(err.Error(), kv.ErrConflict.Error()) {
+		c.conflicts.Add(1)
+	}
+	return err
+}
+
+// result is a throughput run: operations, wall time, latencies.
+type result struct {
+	n    int
+	wall time.Duration
+	lat  []time.Duration
+}
+
+func (r result) rate() float64 { return float64(r.n) / r.wall.Seconds() }
+
+func (r result) pct(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.lat)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000) }
+
+// measure runs op from c workers for d and collects latencies.
+func measure(c int, d time.Duration, op func(w, i int) error) result {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		lats []time.Duration
+		fail atomic.Int64
+	)
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for w := range c {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := 0; time.Now().Before(stop); i++ {
+				t0 := time.Now()
+				if err := op(w, i); err != nil {
+					if fail.Add(1) == 1 {
+						log.Printf("worker %d: %v", w, err)
+					}
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return result{n: len(lats), wall: time.Since(start), lat: lats}
+}
+
+// moduleRoot finds the directory holding go.mod.
+func moduleRoot() string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		log.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+func mustTemp() string {
+	d, err := os.MkdirTemp("", "etcd-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return d
+}
