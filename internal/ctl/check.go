@@ -1,0 +1,213 @@
+package ctl
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/consistency"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+)
+
+type checkView struct{ consistency.Report }
+
+func (v checkView) table(w io.Writer) {
+	c := v.Counts
+	fmt.Fprintf(w, "checked %d pools, %d blocks, %d handles, %d affinity records, %d allocated addresses: ",
+		c.Pools, c.Blocks, c.Handles, c.Affinities, c.Allocated)
+	if len(v.Problems) == 0 {
+		fmt.Fprintln(w, "no problems")
+		return
+	}
+	fmt.Fprintf(w, "%d problems\n", len(v.Problems))
+	problemTable(w, v.Problems)
+}
+
+func problemTable(w io.Writer, ps []consistency.Problem) {
+	row(w, "KIND", "POOL", "BLOCK", "ADDRESS", "HANDLE", "REPAIR", "DETAIL")
+	for _, p := range ps {
+		repair := "report only"
+		if p.Repairable {
+			repair = "--repair"
+		}
+		row(w, string(p.Kind), dash(p.Pool), dash(p.Block), dash(p.Addr), dash(p.Handle), repair, p.Detail)
+	}
+}
+
+type repairView struct{ consistency.RepairResult }
+
+func (v repairView) table(w io.Writer) {
+	if len(v.Found) == 0 {
+		fmt.Fprintln(w, "no problems")
+		return
+	}
+	fmt.Fprintf(w, "found %d problems\n", len(v.Found))
+	problemTable(w, v.Found)
+	fmt.Fprintf(w, "\nrepaired (%d changes)\n", len(v.Actions))
+	if len(v.Actions) > 0 {
+		row(w, "KIND", "POOL", "BLOCK", "ADDRESS", "HANDLE", "DONE")
+		for _, a := range v.Actions {
+			row(w, string(a.Kind), dash(a.Pool), dash(a.Block), dash(a.Addr), dash(a.Handle), a.Did)
+		}
+	}
+	if len(v.Remaining) == 0 {
+		fmt.Fprintln(w, "\nno problems remain")
+		return
+	}
+	fmt.Fprintf(w, "\n%d problems remain\n", len(v.Remaining))
+	problemTable(w, v.Remaining)
+}
+
+func (c *cli) checkCmd() *cobra.Command {
+	var repair bool
+	cmd := &cobra.Command{
+		Use:   "check [--repair]",
+		Short: "Check the datastore's consistency; --repair fixes what is provably safe",
+		Long: `Check reads the whole datastore at once and reports: addresses held by two
+handles, handles listing addresses their block does not give them,
+allocated addresses without a handle, blocks affine to a node without the
+node's affinity record (and records without their block), empty handles,
+blocks whose free and allocated addresses do not add up, and values that
+cannot be read. Without --repair nothing is written.
+
+--repair makes only changes that can neither hand out an address some
+record still claims nor leave an address taken without a handle that can
+release it, and prints each change. Problems it cannot decide (two handles
+claiming a free address) are left for a person.
+
+Exit status: 0 no problems, 2 problems found (and left), 3 problems found
+and all repaired, 1 the check could not run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+				if !repair {
+					r, err := consistency.Check(cmd.Context(), a.Store())
+					if err != nil {
+						return err
+					}
+					if err := c.print(checkView{r}); err != nil {
+						return err
+					}
+					if len(r.Problems) > 0 {
+						return &exitError{code: ExitProblems, err: errSilent}
+					}
+					return nil
+				}
+				r, err := consistency.Repair(cmd.Context(), a.Store())
+				if err != nil {
+					return err
+				}
+				if err := c.print(repairView{r}); err != nil {
+					return err
+				}
+				switch {
+				case len(r.Remaining) > 0:
+					return &exitError{code: ExitProblems, err: errSilent}
+				case len(r.Found) > 0:
+					return &exitError{code: ExitRepaired, err: errSilent}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&repair, "repair", false, "fix what is provably safe and print what was done")
+	return cmd
+}
+
+type gcEntry struct {
+	Handle    string   `json:"handle"`
+	Namespace string   `json:"namespace,omitempty"`
+	Pod       string   `json:"pod,omitempty"`
+	NetNS     string   `json:"netns"`
+	Addrs     []string `json:"addrs"`
+}
+
+type gcView struct {
+	Node     string    `json:"node"`
+	DryRun   bool      `json:"dryRun"`
+	Released []gcEntry `json:"released"`
+	// Kept counts this node's handles whose owners may be live.
+	Kept int `json:"kept"`
+}
+
+func (v gcView) table(w io.Writer) {
+	verb := "released"
+	if v.DryRun {
+		verb = "would release"
+	}
+	fmt.Fprintf(w, "node %s: %s %d handles, kept %d\n", v.Node, verb, len(v.Released), v.Kept)
+	if len(v.Released) == 0 {
+		return
+	}
+	row(w, "HANDLE", "POD", "NETNS", "ADDRESSES")
+	for _, e := range v.Released {
+		row(w, e.Handle, podName(e.Namespace, e.Pod), e.NetNS, dash(strings.Join(e.Addrs, ",")))
+	}
+}
+
+func (c *cli) gcCmd() *cobra.Command {
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "gc [--dry-run]",
+		Short: "Release the allocations of this node whose owners are gone",
+		Long: `gc releases every handle of this node (--node) whose container's network
+namespace no longer exists, and prints what it released. Handles of other
+nodes, handles that recorded no namespace, and namespaces that cannot be
+seen from here (no /var/run/netns in this mount namespace) are kept.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+				node, err := c.nodeName()
+				if err != nil {
+					return err
+				}
+				hs, err := a.Handles(cmd.Context())
+				if err != nil {
+					return err
+				}
+				v := gcView{Node: node, DryRun: dryRun, Released: []gcEntry{}}
+				for _, h := range hs {
+					if h.Node != node {
+						continue
+					}
+					if gone, _ := c.ownerGone(h, node); !gone {
+						v.Kept++
+						continue
+					}
+					e := gcEntry{Handle: h.ID, Namespace: h.Namespace, Pod: h.Pod, NetNS: h.NetNS, Addrs: []string{}}
+					addrs := handleAddrs(h)
+					if !dryRun {
+						if gone, _ := c.ownerGone(h, node); !gone { // it came back meanwhile
+							v.Kept++
+							continue
+						}
+						freed, err := a.Release(cmd.Context(), h.ID)
+						if err != nil {
+							return err
+						}
+						addrs = freed
+					}
+					for _, ip := range addrs {
+						e.Addrs = append(e.Addrs, ip.String())
+					}
+					v.Released = append(v.Released, e)
+				}
+				return c.print(v)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be released")
+	return cmd
+}
+
+func handleAddrs(h ipam.Handle) []netip.Addr {
+	out := make([]netip.Addr, 0, len(h.IPs))
+	for _, ip := range h.IPs {
+		out = append(out, ip.Addr)
+	}
+	return out
+}
