@@ -219,6 +219,9 @@ func classifyTransport(ep *endpoint, err error) *sendError {
 		return &sendError{err: fmt.Errorf("%w: etcd %s did not answer TLS (is the endpoint http:// rather than https://?)", ErrTLS, ep.name)}
 	}
 	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return &sendError{err: fmt.Errorf("%w: etcd %s rejected the TLS connection (check certFile/keyFile and that the server trusts their CA): %v", ErrTLS, ep.name, op.Err)}
+	}
 	notSent := errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
 	return &sendError{err: fmt.Errorf("%w: etcd %s: %v", kv.ErrUnavailable, ep.name, scrub(err)), retryable: true, sent: !notSent}
 }
