@@ -107,16 +107,13 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 	}
 	conds := []kv.Cond{{Key: HandleKey(h.ID), Version: 0}}
 	ops := []kv.Op{{Key: HandleKey(h.ID), Value: encode(h)}}
-	for i, n := range names {
-		// The pools must not be deleted or redefined meanwhile. A claim
-		// also rewrites its pool, unchanged, so that a DeletePool that
-		// listed the pool's blocks before the new one existed fails its
-		// condition on the pool instead of deleting a pool in use.
+	for i := range names {
+		// The pools must not be deleted or redefined meanwhile: DeletePool
+		// first marks a pool Deleting, so an allocation that read it before
+		// fails this condition and retries into ErrNoPool, and one that
+		// committed first is seen by DeletePool's listing.
 		pe := es[i+1]
 		conds = append(conds, kv.Cond{Key: pe.Key, Version: pe.Version})
-		if p.claimed[n] {
-			ops = append(ops, kv.Op{Key: pe.Key, Value: pe.Value})
-		}
 	}
 	if err := p.commit(ctx, conds, ops); err != nil {
 		return ipam.Handle{}, err
@@ -164,7 +161,7 @@ func usablePools(set []string, pools map[string]ipam.Pool, nodeLabels map[string
 	var out []ipam.Pool
 	for _, n := range set {
 		pool := pools[n]
-		if pool.Disabled {
+		if pool.Disabled || pool.Deleting {
 			continue
 		}
 		sel, err := labels.Parse(pool.NodeSelector)
@@ -306,7 +303,6 @@ func claimBlock(p *plan, pool ipam.Pool, cidr netip.Prefix, h ipam.Handle) (ipam
 		p.order = append(p.order, key)
 	}
 	p.blocks[key] = &planBlock{block: b, dirty: true}
-	p.claimed[pool.Name] = true
 	aff := AffinityKey(h.Node, pool.Name, cidr)
 	p.conds = append(p.conds, kv.Cond{Key: aff, Version: 0})
 	p.ops = append(p.ops, kv.Op{Key: aff, Value: []byte(key)})

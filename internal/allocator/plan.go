@@ -16,8 +16,6 @@ type plan struct {
 	order  []string // block keys in first-touch order, for stable ops
 	conds  []kv.Cond
 	ops    []kv.Op
-	// claimed names the pools in which the plan claims a new block.
-	claimed map[string]bool
 }
 
 type planBlock struct {
@@ -28,7 +26,7 @@ type planBlock struct {
 }
 
 func newPlan(s kv.Store) *plan {
-	return &plan{store: s, blocks: map[string]*planBlock{}, claimed: map[string]bool{}}
+	return &plan{store: s, blocks: map[string]*planBlock{}}
 }
 
 // remember records a block read from the store.

@@ -72,42 +72,84 @@ func (a *Allocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
 	return err
 }
 
-// DeletePool removes a pool with its (empty) blocks and their affinities in
-// one transaction. It refuses with ErrPoolInUse while any address is
-// allocated, saying how many.
+// DeletePool removes a pool with its (empty) blocks and their affinities.
+// It refuses with ErrPoolInUse while any address is allocated, saying how
+// many. It first marks the pool Deleting, which fails every allocation that
+// read the pool before and stops new ones, so that the blocks it then lists
+// are all there are; a refused delete clears the mark again.
 func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 	return a.retry(ctx, "delete pool "+name, func() error {
 		es, err := a.store.Get(ctx, PoolKey(name))
 		if err != nil {
 			return err
 		}
-		if es[0].Version == 0 {
+		e := es[0]
+		if e.Version == 0 {
 			return fmt.Errorf("%w: %q", ErrPoolNotFound, name)
+		}
+		pool, err := decode[ipam.Pool](e)
+		if err != nil {
+			return err
+		}
+		if !pool.Deleting {
+			// Refuse without writing anything when addresses are in use.
+			if err := a.refuseInUse(ctx, name); err != nil {
+				return err
+			}
+			pool.Deleting = true
+			if err := a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: encode(pool)}}); err != nil {
+				return err
+			}
+			if es, err = a.store.Get(ctx, PoolKey(name)); err != nil {
+				return err
+			}
+			e = es[0]
 		}
 		blocks, err := a.store.List(ctx, blockPrefix+name+"/")
 		if err != nil {
 			return err
 		}
-		conds := []kv.Cond{{Key: es[0].Key, Version: es[0].Version}}
-		ops := []kv.Op{{Key: es[0].Key, Delete: true}}
+		conds := []kv.Cond{{Key: e.Key, Version: e.Version}}
+		ops := []kv.Op{{Key: e.Key, Delete: true}}
 		inUse := 0
-		for _, e := range blocks {
-			b, err := decode[ipam.Block](e)
+		for _, be := range blocks {
+			b, err := decode[ipam.Block](be)
 			if err != nil {
 				return err
 			}
 			inUse += b.InUse()
-			conds = append(conds, kv.Cond{Key: e.Key, Version: e.Version})
-			ops = append(ops, kv.Op{Key: e.Key, Delete: true})
+			conds = append(conds, kv.Cond{Key: be.Key, Version: be.Version})
+			ops = append(ops, kv.Op{Key: be.Key, Delete: true})
 			if b.Node != "" {
 				ops = append(ops, kv.Op{Key: AffinityKey(b.Node, name, b.CIDR), Delete: true})
 			}
 		}
 		if inUse > 0 {
+			pool.Deleting = false
+			err := a.store.Txn(ctx, conds[:1], []kv.Op{{Key: e.Key, Value: encode(pool)}})
+			if err != nil {
+				return err
+			}
 			return fmt.Errorf("%w: pool %q has %d addresses in use; release them first", ErrPoolInUse, name, inUse)
 		}
 		return a.store.Txn(ctx, conds, ops)
 	})
+}
+
+// refuseInUse fails with ErrPoolInUse when the pool's blocks hold addresses.
+func (a *Allocator) refuseInUse(ctx context.Context, name string) error {
+	blocks, err := a.Blocks(ctx, name)
+	if err != nil {
+		return err
+	}
+	inUse := 0
+	for _, b := range blocks {
+		inUse += b.InUse()
+	}
+	if inUse > 0 {
+		return fmt.Errorf("%w: pool %q has %d addresses in use; release them first", ErrPoolInUse, name, inUse)
+	}
+	return nil
 }
 
 // Pool returns one pool.

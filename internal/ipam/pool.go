@@ -38,6 +38,8 @@ type Pool struct {
 	NodeSelector string `json:"nodeSelector,omitempty"`
 	// Disabled pools hand out nothing new; existing allocations stay.
 	Disabled bool `json:"disabled,omitempty"`
+	// Deleting marks a pool being removed: it hands out nothing new.
+	Deleting bool `json:"deleting,omitempty"`
 	// StrictAffinity forbids borrowing addresses from other nodes' blocks.
 	StrictAffinity bool `json:"strictAffinity,omitempty"`
 	// Origin says who defined the pool: "config", "cli" or "import".

@@ -258,7 +258,7 @@ func status(ctx context.Context, s *session) error {
 			default:
 				return err
 			}
-			if pool.Disabled {
+			if pool.Disabled || pool.Deleting {
 				continue
 			}
 			if ok, err = s.alloc.HasFree(ctx, pool, s.conf.NodeName); err != nil {
