@@ -21,10 +21,10 @@ var epoch = time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC)
 
 // harness runs the CLI against a real local store in a temp directory.
 type harness struct {
-	t      *testing.T
-	dir    string // the store
-	tmp    string // netns stand-ins and other files
-	vars   map[string]string
+	t       *testing.T
+	dir     string // the store
+	tmp     string // netns stand-ins and other files
+	vars    map[string]string
 	stdin   string
 	exists  func(string) bool
 	present map[string]bool
