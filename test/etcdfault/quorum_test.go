@@ -1,0 +1,73 @@
+package etcdfault
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+)
+
+// With two of three members killed (no quorum) an ADD returns CNI error 11
+// within its timeouts and allocates nothing; once they are back, ADDs work.
+func TestQuorumLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds etcd and runs a 3-member cluster")
+	}
+	ctx := t.Context()
+	bin, err := BuildEtcd(moduleRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := StartCluster(ctx, bin, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Kill)
+	eps, lock, prefix := cl.Endpoints(), t.TempDir(), "/quorum"
+	conf := netconf("net1", "node-a", prefix, eps, `,"requestTimeout":"2s","dialTimeout":"500ms"`)
+	if o, err := runPlugin(ctx, t, "ADD", "before", conf, lock); err != nil || o.Code != 0 {
+		t.Fatalf("ADD with a healthy cluster: %v %+v", err, o)
+	}
+	cl.KillMember(cl.Members[0])
+	cl.KillMember(cl.Members[1])
+	for i := range 3 {
+		start := time.Now()
+		o, err := runPlugin(ctx, t, "ADD", fmt.Sprintf("noquorum%d", i), conf, lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Code != 11 {
+			t.Fatalf("ADD without quorum: code %d (%s), want 11", o.Code, o.Msg)
+		}
+		t.Logf("no quorum: error 11 after %v: %s", time.Since(start).Round(time.Millisecond), o.Msg)
+	}
+	for _, m := range cl.Members[:2] {
+		if err := cl.Start(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var o outcome
+	if !waitFor(30*time.Second, func() bool {
+		o, err = runPlugin(ctx, t, "ADD", "after", conf, lock)
+		return err == nil && o.Code == 0
+	}) {
+		t.Fatalf("ADD after quorum came back: %v %+v", err, o)
+	}
+	s, err := etcd.Open(ctx, etcd.Config{Endpoints: eps, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := allocator.New(s, nil)
+	for i := range 3 {
+		if _, exists, err := a.Handle(ctx, ipam.HandleID("net1", fmt.Sprintf("noquorum%d", i), "eth0")); err != nil || exists {
+			t.Fatalf("ADD noquorum%d returned 11 but left a handle (err %v)", i, err)
+		}
+	}
+	if rep := checkStore(t, eps, prefix); rep.Handles != 2 {
+		t.Fatalf("%d handles, want 2 (before and after)", rep.Handles)
+	}
+}
