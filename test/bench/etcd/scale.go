@@ -2,9 +2,125 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 )
 
-func scaleBench(ctx context.Context, ep string, cli any, open any) {
-	log.Print("scale: not implemented yet")
+// scaleBench measures ADD latency with 10 nodes and with flagNodes nodes of
+// flagPods pods each already stored, in a /12 pool of /26 blocks. The
+// stored state is written directly (what the allocator would have
+// written), then ADD+DEL pairs run on random nodes, one at a time; only
+// the ADD is timed.
+func scaleBench(ctx context.Context, ep string, cli *clientv3.Client, open func(string, bool) *etcd.Store) {
+	fmt.Printf("\n5. scale: ADD latency with N nodes x %d pods stored (/12 pool, /26 blocks), 300 ADD+DEL pairs on random nodes\n", *flagPods)
+	fmt.Printf("%-8s %10s %10s %9s %9s %9s\n", "nodes", "addresses", "load time", "ADD p50", "ADD p90", "ADD p99")
+	var p50s []time.Duration
+	for _, n := range []int{10, *flagNodes} {
+		prefix := fmt.Sprintf("/scale-%d", n)
+		t0 := time.Now()
+		addrs := preload(ctx, cli, prefix, n, *flagPods)
+		load := time.Since(t0)
+		s := open(prefix, false)
+		a := allocator.New(s, nil)
+		var lats []time.Duration
+		for i := range 300 {
+			node := fmt.Sprintf("node-%05d", rand.N(n))
+			id := fmt.Sprintf("scale.probe%d.eth0", i)
+			t1 := time.Now()
+			_, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: id, Node: node, Network: "scale", IfName: "eth0"}, Sets: [][]string{{"scale"}}})
+			lats = append(lats, time.Since(t1))
+			if err != nil {
+				log.Fatalf("scale ADD: %v", err)
+			}
+			if _, err := a.Release(ctx, id); err != nil {
+				log.Fatalf("scale DEL: %v", err)
+			}
+		}
+		s.Close()
+		r := result{n: len(lats), lat: lats}
+		p50s = append(p50s, r.pct(50))
+		fmt.Printf("%-8d %10d %10s %9s %9s %9s\n", n, addrs, load.Round(time.Second), ms(r.pct(50)), ms(r.pct(90)), ms(r.pct(99)))
+	}
+	fmt.Printf("ADD p50 at %d nodes / at 10 nodes: %.2f\n", *flagNodes, float64(p50s[1])/float64(p50s[0]))
+}
+
+// preload writes nodes x pods allocations: per node two claimed blocks with
+// their affinities and one handle per pod, plus the pool.
+func preload(ctx context.Context, cli *clientv3.Client, prefix string, nodes, pods int) int {
+	pool := ipam.Pool{Name: "scale", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26, Origin: "cli"}
+	key := func(k string) string { return prefix + "/" + k }
+	mustJSON := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return string(b)
+	}
+	if _, err := cli.Put(ctx, key(allocator.PoolKey(pool.Name)), mustJSON(pool)); err != nil {
+		log.Fatal(err)
+	}
+	first, last := pool.BlockSpan()
+	perNode := (pods + 63) / 64
+	if uint64(nodes*perNode) > last-first+1 {
+		log.Fatalf("scale: %d nodes need %d blocks, the pool has %d", nodes, nodes*perNode, last-first+1)
+	}
+	work := make(chan int, 64)
+	var wg sync.WaitGroup
+	var total int
+	var mu sync.Mutex
+	for range 8 {
+		wg.Go(func() {
+			for nd := range work {
+				node := fmt.Sprintf("node-%05d", nd)
+				var ops []clientv3.Op
+				left := pods
+				for b := range perNode {
+					cidr := pool.BlockAt(first + uint64(nd*perNode+b))
+					blk := ipam.NewBlock(pool, cidr, node)
+					for left > 0 {
+						id := fmt.Sprintf("scale.%s-%d.eth0", node, left)
+						nb, addr, err := blk.Assign(pool, id)
+						if err != nil {
+							break
+						}
+						blk = nb
+						left--
+						h := ipam.Handle{ID: id, Network: "scale", ContainerID: fmt.Sprintf("%s-%d", node, left), IfName: "eth0", Node: node,
+							Namespace: "default", Pod: fmt.Sprintf("pod-%d", left), Created: time.Now().UTC(),
+							IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}}
+						ops = append(ops, clientv3.OpPut(key(allocator.HandleKey(id)), mustJSON(h)))
+					}
+					ops = append(ops, clientv3.OpPut(key(allocator.BlockKey(pool.Name, cidr)), mustJSON(blk)),
+						clientv3.OpPut(key(allocator.AffinityKey(node, pool.Name, cidr)), allocator.BlockKey(pool.Name, cidr)))
+				}
+				mu.Lock()
+				total += pods - left
+				mu.Unlock()
+				for len(ops) > 0 {
+					k := min(len(ops), 120)
+					if _, err := cli.Txn(ctx).Then(ops[:k]...).Commit(); err != nil {
+						log.Fatalf("scale preload: %v", err)
+					}
+					ops = ops[k:]
+				}
+			}
+		})
+	}
+	for nd := range nodes {
+		work <- nd
+	}
+	close(work)
+	wg.Wait()
+	return total
 }
