@@ -126,7 +126,7 @@ changes nothing; state that disagrees is refused, nothing written.`,
 			var kvs []calico.KV
 			switch {
 			case len(ec.Endpoints) > 0 && len(files) > 0:
-				return fmt.Errorf("give either --etcd-endpoints or --file, not both")
+				return fmt.Errorf("give either --etcd-endpoints or --file, not both (on import calico, --etcd-* name Calico's etcd: give ipkeeper's own etcd with --config or the IPKEEPER_* environment)")
 			case len(ec.Endpoints) > 0:
 				var err error
 				if kvs, err = calico.ReadEtcd(cmd.Context(), ec); err != nil {
