@@ -315,3 +315,30 @@ func TestInterruptedImportCompletes(t *testing.T) {
 	}
 	mustClean(t, st)
 }
+
+// TestTestdataMatchesShared: testdata/ holds copies of the project's shared
+// real test data (so CI has them); where the shared originals are present
+// the copies must not have drifted.
+func TestTestdataMatchesShared(t *testing.T) {
+	const shared = "/work/shared/testdata/"
+	names, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		orig, err := os.ReadFile(shared + n.Name())
+		if os.IsNotExist(err) {
+			continue // not on this machine: the copy is the data
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine, err := os.ReadFile("testdata/" + n.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(orig) != string(mine) {
+			t.Errorf("testdata/%s differs from %s%s", n.Name(), shared, n.Name())
+		}
+	}
+}
