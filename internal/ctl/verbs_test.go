@@ -232,7 +232,9 @@ func TestDatastoreSelection(t *testing.T) {
 		t.Fatalf("env store:\n%s", out)
 	}
 	h.fails(ExitError, []string{"endpoints"}, "--datastore", "etcd", "pool", "list")
-	h.fails(ExitError, []string{"IPKEEPER_DATASTORE", "mongo"}, append([]string{"pool", "list"}, withEnv(h, "IPKEEPER_DATASTORE", "mongo")...)...)
+	h.vars["IPKEEPER_DATASTORE"] = "mongo"
+	h.fails(ExitError, []string{"IPKEEPER_DATASTORE", "mongo"}, "pool", "list")
+	delete(h.vars, "IPKEEPER_DATASTORE")
 	h.fails(ExitError, []string{"nope.conf"}, "--config", filepath.Join(h.tmp, "nope.conf"), "pool", "list")
 	// --config's nodeName is the default node.
 	conf2 := filepath.Join(h.tmp, "node-b.conf")
@@ -242,13 +244,6 @@ func TestDatastoreSelection(t *testing.T) {
 	if err := json.Unmarshal([]byte(h.ok("--config", conf2, "gc", "--dry-run", "-o", "json")), &v); err != nil || v.Node != "node-b" {
 		t.Fatalf("node from config: %+v %v", v, err)
 	}
-}
-
-// withEnv sets an environment variable for the rest of the test and
-// returns no arguments (it reads well inside an argument list).
-func withEnv(h *harness, k, v string) []string {
-	h.vars[k] = v
-	return nil
 }
 
 func TestNodeNameDefaults(t *testing.T) {
