@@ -25,12 +25,14 @@ type poolView struct {
 	NodeSelector   string   `json:"nodeSelector,omitempty"`
 	Disabled       bool     `json:"disabled"`
 	StrictAffinity bool     `json:"strictAffinity"`
+	// Deleting is set while (or after an interrupted) pool rm.
+	Deleting bool `json:"deleting,omitempty"`
 	Origin         string   `json:"origin,omitempty"`
 }
 
 func newPoolView(p ipam.Pool) poolView {
 	v := poolView{Name: p.Name, CIDR: p.CIDR.String(), BlockSize: p.BlockSize, NodeSelector: p.NodeSelector,
-		Disabled: p.Disabled, StrictAffinity: p.StrictAffinity, Origin: p.Origin}
+		Disabled: p.Disabled, StrictAffinity: p.StrictAffinity, Deleting: p.Deleting, Origin: p.Origin}
 	if p.RangeStart.IsValid() {
 		v.RangeStart = p.RangeStart.String()
 	}
@@ -63,6 +65,9 @@ func (l poolList) table(w io.Writer) {
 		}
 		if p.StrictAffinity {
 			flags = append(flags, "strict-affinity")
+		}
+		if p.Deleting {
+			flags = append(flags, "deleting")
 		}
 		row(w, p.Name, p.CIDR, fmt.Sprintf("/%d", p.BlockSize), rng, dash(p.Gateway), dash(strings.Join(p.Exclude, ",")),
 			dash(p.NodeSelector), dash(strings.Join(flags, ",")), dash(p.Origin))
