@@ -26,8 +26,8 @@ type poolView struct {
 	Disabled       bool     `json:"disabled"`
 	StrictAffinity bool     `json:"strictAffinity"`
 	// Deleting is set while (or after an interrupted) pool rm.
-	Deleting bool `json:"deleting,omitempty"`
-	Origin         string   `json:"origin,omitempty"`
+	Deleting bool   `json:"deleting,omitempty"`
+	Origin   string `json:"origin,omitempty"`
 }
 
 func newPoolView(p ipam.Pool) poolView {
