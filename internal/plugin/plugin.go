@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
@@ -93,6 +94,16 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	att, err := parseArgs(args.Args, args.StdinData)
 	if err != nil {
 		return cniError(err)
+	}
+	// skel checks this only after ADD returned, which would leave the
+	// allocation behind the error it then prints: check first.
+	if o := strings.ToUpper(args.NetnsOverride); o != "TRUE" && o != "1" {
+		if same, e := ns.CheckNetNS(args.Netns); e != nil {
+			return e
+		} else if same {
+			return types.NewError(types.ErrInvalidNetNS,
+				fmt.Sprintf("CNI_NETNS %q is the plugin's own network namespace", args.Netns), "")
+		}
 	}
 	s, err := p.open(ctx, args.StdinData)
 	if err != nil {
