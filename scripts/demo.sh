@@ -44,7 +44,8 @@ JSON
 # own config plus the network's name and cniVersion.
 STDIN='{"cniVersion": "1.1.0", "name": "demo", "type": "bridge", "ipam": '$IPAM'}'
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [[ -t 1 ]]; then B=$'\033[1m' N=$'\033[0m'; else B= N=; fi
+step() { printf '\n%s== %s%s\n' "$B" "$*" "$N"; }
 
 # cni COMMAND CONTAINER: one plugin call. CNI_NETNS names a namespace the
 # IPAM plugin never enters (it must not be the plugin's own).
