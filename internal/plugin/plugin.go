@@ -102,7 +102,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return e
 		} else if same {
 			return types.NewError(types.ErrInvalidNetNS,
-				fmt.Sprintf("CNI_NETNS %q is the plugin's own network namespace", args.Netns), "")
+				fmt.Sprintf("CNI_NETNS %q is the plugin's own netns; the container needs a network namespace of its own", args.Netns), "")
 		}
 	}
 	s, err := p.open(ctx, args.StdinData)
