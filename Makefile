@@ -20,6 +20,8 @@ CNI_PLUGIN_PKG_host-local := github.com/containernetworking/plugins/plugins/ipam
 TOOLS := $(addprefix $(TOOLS_BIN)/,$(CNI_PLUGINS) cnitool staticcheck)
 
 TEST_TIMEOUT ?= 60m
+# PKGS narrows vet, staticcheck and tests, e.g. make test PKGS=./test/...
+PKGS         ?= ./...
 BENCH_N      ?= 300
 
 .PHONY: all build tools test vet staticcheck gotest demo bench clean
@@ -44,13 +46,13 @@ $(TOOLS_BIN)/staticcheck:
 	GOBIN=$(TOOLS_BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 
 staticcheck: $(TOOLS_BIN)/staticcheck
-	$(TOOLS_BIN)/staticcheck ./...
+	$(TOOLS_BIN)/staticcheck $(PKGS)
 
 gotest:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test: tools build
 	$(MAKE) --no-print-directory vet

@@ -93,7 +93,7 @@ func TestBadInput(t *testing.T) {
 			noID: true, stdin: withIPAM(nil)},
 		// skel checks this only after the plugin's ADD returned; the
 		// allocation must not survive the failed ADD.
-		{name: "CNI_NETNS is the plugin's own namespace", code: types.ErrInvalidNetNS, mention: []string{"netns"},
+		{name: "CNI_NETNS is the plugin's own namespace", code: types.ErrInvalidNetNS, mention: []string{"CNI_NETNS"},
 			netns: "/proc/self/ns/net", stdin: withIPAM(nil)},
 	}
 	for _, tc := range cases {

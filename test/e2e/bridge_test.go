@@ -65,13 +65,21 @@ func TestBridgeLifecycle(t *testing.T) {
 	if got, want := allocated(t, r.confFile), sortedAddrs(all); !slices.Equal(got, want) {
 		t.Fatalf("after %d ADDs the datastore holds %v, want %v", n, got, want)
 	}
+	for a, h := range allocations(t, r.confFile) {
+		if want := r.list.Name + "." + owner[a] + ".eth0"; h != want {
+			t.Errorf("%v held by handle %q, want %q (<network>.<container ID>.<ifname>)", a, h, want)
+		}
+	}
 
 	// DEL releases the address; a second DEL of the same container succeeds.
 	if err := r.del(t, cs[0]); err != nil {
 		t.Fatalf("DEL %s: %v", cs[0].id, err)
 	}
+	if state, h := ipState(t, r.confFile, cs[0].addr4(t)); state != "free" {
+		t.Fatalf("DEL %s: ip show %v says %q (handle %q), want free", cs[0].id, cs[0].addr4(t), state, h)
+	}
 	if slices.Contains(allocated(t, r.confFile), cs[0].addr4(t)) {
-		t.Fatalf("DEL %s: %v still allocated", cs[0].id, cs[0].addr4(t))
+		t.Fatalf("DEL %s: %v still listed in its block", cs[0].id, cs[0].addr4(t))
 	}
 	if err := r.del(t, cs[0]); err != nil {
 		t.Fatalf("second DEL %s: %v", cs[0].id, err)

@@ -33,52 +33,78 @@ func ctlRun(confFile string, args ...string) (stdout, stderr []byte, err error) 
 	return out, se.Bytes(), err
 }
 
-// allocated lists every allocated address in the datastore confFile names,
-// read through `show --blocks` and `block show` for each block.
+// allocations maps every allocated address in the datastore confFile names
+// to its handle, read through `show --blocks` and `block show` per block.
+func allocations(t *testing.T, confFile string) map[netip.Addr]string {
+	t.Helper()
+	var show struct {
+		Blocks []struct {
+			CIDR string `json:"cidr"`
+		} `json:"blocks"`
+	}
+	decodeJSON(t, ctl(t, confFile, "show", "--blocks", "-o", "json"), &show)
+	out := map[netip.Addr]string{}
+	for _, b := range show.Blocks {
+		var bs struct {
+			Blocks []struct {
+				CIDR        string `json:"cidr"`
+				Allocations []struct {
+					Addr   string `json:"addr"`
+					Handle string `json:"handle"`
+				} `json:"allocations"`
+			} `json:"blocks"`
+		}
+		decodeJSON(t, ctl(t, confFile, "block", "show", b.CIDR, "-o", "json"), &bs)
+		if len(bs.Blocks) != 1 || bs.Blocks[0].CIDR != b.CIDR {
+			t.Fatalf("block show %s: got blocks %+v", b.CIDR, bs.Blocks)
+		}
+		for _, a := range bs.Blocks[0].Allocations {
+			addr, err := netip.ParseAddr(a.Addr)
+			if err != nil {
+				t.Fatalf("block show %s: %v", b.CIDR, err)
+			}
+			if prev, dup := out[addr]; dup {
+				t.Fatalf("%v listed twice: %s and %s", addr, prev, a.Handle)
+			}
+			out[addr] = a.Handle
+		}
+	}
+	return out
+}
+
+// allocated lists every allocated address, sorted.
 func allocated(t *testing.T, confFile string) []netip.Addr {
 	t.Helper()
-	var blocks []netip.Prefix
-	walkStrings(t, ctl(t, confFile, "show", "--blocks", "-o", "json"), func(s string) {
-		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() && !slices.Contains(blocks, p) {
-			blocks = append(blocks, p)
-		}
-	})
 	var addrs []netip.Addr
-	for _, b := range blocks {
-		walkStrings(t, ctl(t, confFile, "block", "show", b.String(), "-o", "json"), func(s string) {
-			if a, err := netip.ParseAddr(s); err == nil && b.Contains(a) && !slices.Contains(addrs, a) {
-				addrs = append(addrs, a)
-			}
-		})
+	for a := range allocations(t, confFile) {
+		addrs = append(addrs, a)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	return addrs
 }
 
-// walkStrings calls f for every string (value or key) in a JSON document.
-func walkStrings(t *testing.T, doc []byte, f func(string)) {
+// ipState is the state `ip show ADDR` reports ("allocated", "free", ...)
+// and the holding handle; an address outside every pool has no holdings.
+func ipState(t *testing.T, confFile string, a netip.Addr) (state, handle string) {
 	t.Helper()
-	var v any
-	if err := json.Unmarshal(doc, &v); err != nil {
+	var ip struct {
+		Holdings []struct {
+			State    string `json:"state"`
+			HandleID string `json:"handleID"`
+		} `json:"holdings"`
+	}
+	decodeJSON(t, ctl(t, confFile, "ip", "show", a.String(), "-o", "json"), &ip)
+	if len(ip.Holdings) != 1 {
+		t.Fatalf("ip show %v: want one holding, got %+v", a, ip.Holdings)
+	}
+	return ip.Holdings[0].State, ip.Holdings[0].HandleID
+}
+
+func decodeJSON(t *testing.T, doc []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(doc, v); err != nil {
 		t.Fatalf("ipkeeperctl -o json printed invalid JSON: %v\n%s", err, doc)
 	}
-	var walk func(any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case string:
-			f(v)
-		case []any:
-			for _, e := range v {
-				walk(e)
-			}
-		case map[string]any:
-			for k, e := range v {
-				f(k)
-				walk(e)
-			}
-		}
-	}
-	walk(v)
 }
 
 // sortedAddrs returns a sorted copy.
