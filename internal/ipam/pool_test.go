@@ -27,8 +27,6 @@ func family[T any](t *testing.T, v4, v6 *T, fn func(t *testing.T, c T)) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func pfxs(ss ...string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range ss {
