@@ -24,43 +24,63 @@ func localIPAM(dir string, extra map[string]any) map[string]any {
 	return m
 }
 
-// TestBridgeLifecycle is the main flow through bridge (spec 1.1.0): 20
-// containers get distinct addresses and reach their gateway, DEL releases,
-// GC releases exactly the attachments not listed as valid, STATUS passes on
-// a pool with room and fails on a full one.
+// TestBridgeLifecycle is the main flow through bridge (spec 1.1.0), for
+// IPv4 and IPv6: 20 containers get distinct addresses and reach their
+// gateway, DEL releases, GC releases exactly the attachments not listed as
+// valid, STATUS passes on a pool with room.
 func TestBridgeLifecycle(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		family int
+		subnet netip.Prefix
+	}{
+		{"v4", 4, mustPrefix("10.99.0.0/24")},
+		{"v6", 6, mustPrefix("fd99::/64")},
+	} {
+		t.Run(tc.name, func(t *testing.T) { bridgeLifecycle(t, tc.family, tc.subnet) })
+	}
+}
+
+func bridgeLifecycle(t *testing.T, family int, subnet netip.Prefix) {
 	needRoot(t)
 	needIpkeeper(t)
-	subnet := mustPrefix("10.99.0.0/24")
 	h := newHost(t, ipkeeperBin)
 	r := newRuntime(t, h, bridgeConf("ipk-e2e-bridge", "1.1.0", true, localIPAM(t.TempDir(), map[string]any{
 		"ranges": [][]map[string]any{{{"subnet": subnet.String()}}},
 	})))
+	addr := func(c *container) netip.Addr {
+		a := c.addrs(t, family)
+		if len(a) != 1 || len(c.result.IPs) != 1 {
+			t.Fatalf("%s: want exactly one IPv%d address, result has %v", c.id, family, c.result.IPs)
+		}
+		return a[0]
+	}
+	broadcast := lastAddr(subnet)
 
 	const n = 20
 	cs := make([]*container, n)
 	owner := map[netip.Addr]string{}
 	for i := range n {
 		c := r.mustAdd(t, idf("bridge-%02d", i))
-		a := c.addr4(t)
-		if !subnet.Contains(a) || a == subnet.Addr() || a == mustAddr("10.99.0.255") {
+		a := addr(c)
+		if !subnet.Contains(a) || a == subnet.Addr() || (family == 4 && a == broadcast) {
 			t.Fatalf("%s got %v: not a host address of %v", c.id, a, subnet)
 		}
 		if prev, dup := owner[a]; dup {
 			t.Fatalf("%s and %s both got %v", prev, c.id, a)
 		}
-		if gw := c.gateway(t, 4); gw == a || !subnet.Contains(gw) {
+		if gw := c.gateway(t, family); gw == a || !subnet.Contains(gw) {
 			t.Fatalf("%s: gateway %v with address %v", c.id, gw, a)
 		}
 		owner[a] = c.id
 		cs[i] = c
 	}
 	for _, c := range cs {
-		ping(t, c.ns, c.gateway(t, 4).String())
+		ping(t, c.ns, c.gateway(t, family).String())
 	}
 	all := make([]netip.Addr, n)
 	for i, c := range cs {
-		all[i] = c.addr4(t)
+		all[i] = addr(c)
 	}
 	if got, want := allocated(t, r.confFile), sortedAddrs(all); !slices.Equal(got, want) {
 		t.Fatalf("after %d ADDs the datastore holds %v, want %v", n, got, want)
@@ -75,11 +95,11 @@ func TestBridgeLifecycle(t *testing.T) {
 	if err := r.del(t, cs[0]); err != nil {
 		t.Fatalf("DEL %s: %v", cs[0].id, err)
 	}
-	if state, h := ipState(t, r.confFile, cs[0].addr4(t)); state != "free" {
-		t.Fatalf("DEL %s: ip show %v says %q (handle %q), want free", cs[0].id, cs[0].addr4(t), state, h)
+	if state, h := ipState(t, r.confFile, addr(cs[0])); state != "free" {
+		t.Fatalf("DEL %s: ip show %v says %q (handle %q), want free", cs[0].id, addr(cs[0]), state, h)
 	}
-	if slices.Contains(allocated(t, r.confFile), cs[0].addr4(t)) {
-		t.Fatalf("DEL %s: %v still listed in its block", cs[0].id, cs[0].addr4(t))
+	if slices.Contains(allocated(t, r.confFile), addr(cs[0])) {
+		t.Fatalf("DEL %s: %v still listed in its block", cs[0].id, addr(cs[0]))
 	}
 	if err := r.del(t, cs[0]); err != nil {
 		t.Fatalf("second DEL %s: %v", cs[0].id, err)
@@ -90,18 +110,28 @@ func TestBridgeLifecycle(t *testing.T) {
 	var keep []netip.Addr
 	for i := 1; i < n; i += 2 {
 		valid = append(valid, types.GCAttachment{ContainerID: cs[i].id, IfName: "eth0"})
-		keep = append(keep, cs[i].addr4(t))
+		keep = append(keep, addr(cs[i]))
 	}
 	gcIpkeeper(t, r, valid)
 	if got, want := allocated(t, r.confFile), sortedAddrs(keep); !slices.Equal(got, want) {
 		t.Fatalf("after GC the datastore holds %v, want exactly the valid attachments' %v", got, want)
 	}
 	// The survivors still work.
-	ping(t, cs[1].ns, cs[1].gateway(t, 4).String())
+	ping(t, cs[1].ns, cs[1].gateway(t, family).String())
 
 	if err := r.status(t); err != nil {
 		t.Fatalf("STATUS with free addresses: %v", err)
 	}
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 // gcIpkeeper sends CNI GC with the valid attachments to ipkeeper, with the
@@ -124,39 +154,62 @@ func gcIpkeeper(t *testing.T, r *runtime, valid []types.GCAttachment) {
 	}
 }
 
-// TestStatusPoolFull checks that STATUS through bridge reports code 50 (the
-// spec's "plugin not available") naming the pool once a /29 is full, and
-// passes again after a DEL.
+// TestStatusPoolFull checks, for IPv4 and IPv6, that STATUS through bridge
+// reports code 50 (the spec's "plugin not available") saying the pool is
+// full once a tiny pool is, and passes again after a DEL.
 func TestStatusPoolFull(t *testing.T) {
-	needRoot(t)
-	needIpkeeper(t)
-	h := newHost(t, ipkeeperBin)
-	r := newRuntime(t, h, bridgeConf("ipk-e2e-full", "1.1.0", true, localIPAM(t.TempDir(), map[string]any{
-		"ranges":    [][]map[string]any{{{"subnet": "10.99.1.0/29"}}},
-		"blockSize": 29,
-	})))
-	if err := r.status(t); err != nil {
-		t.Fatalf("STATUS on an empty pool: %v", err)
-	}
-	// .0 network, .7 broadcast, .1 gateway: five addresses to hand out.
-	var cs []*container
-	for i := range 5 {
-		cs = append(cs, r.mustAdd(t, idf("full-%d", i)))
-	}
-	err := r.status(t)
-	code, msg := cniCode(t, err)
-	t.Logf("STATUS on a full pool: code %d: %s", code, msg)
-	if code != codeNotAvailable {
-		t.Errorf("STATUS on a full pool: code %d, want %d (plugin not available): %v", code, codeNotAvailable, err)
-	}
-	if !strings.Contains(msg, "10.99.1.0/29") && !containsAny(strings.ToLower(msg), "exhaust", "full", "no free") {
-		t.Errorf("STATUS message %q says neither which pool nor that it is full", msg)
-	}
-	if err := r.del(t, cs[2]); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.status(t); err != nil {
-		t.Fatalf("STATUS after freeing one address: %v", err)
+	for _, tc := range []struct {
+		name, subnet, blockKey string
+		bits                   int
+	}{
+		// .0 network, .7 broadcast, .1 gateway: five addresses.
+		{"v4", "10.99.1.0/29", "blockSize", 29},
+		// ::0 and the gateway ::1 at least: at most six.
+		{"v6", "fd99:1::/125", "ipv6BlockSize", 125},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			needRoot(t)
+			needIpkeeper(t)
+			h := newHost(t, ipkeeperBin)
+			r := newRuntime(t, h, bridgeConf("ipk-e2e-full", "1.1.0", true, localIPAM(t.TempDir(), map[string]any{
+				"ranges":    [][]map[string]any{{{"subnet": tc.subnet}}},
+				tc.blockKey: tc.bits,
+			})))
+			if err := r.status(t); err != nil {
+				t.Fatalf("STATUS on an empty pool: %v", err)
+			}
+			var cs []*container
+			for i := 0; ; i++ {
+				c := r.newContainer(t, idf("full-%d", i))
+				err := r.add(t, c)
+				if err == nil {
+					cs = append(cs, c)
+					continue
+				}
+				if code, msg := cniCode(t, err); code != codePoolExhausted {
+					t.Fatalf("ADD #%d: code %d (%s), want %d", i+1, code, msg, codePoolExhausted)
+				}
+				break
+			}
+			if len(cs) < 5 || len(cs) > 6 {
+				t.Fatalf("%s handed out %d addresses", tc.subnet, len(cs))
+			}
+			err := r.status(t)
+			code, msg := cniCode(t, err)
+			t.Logf("STATUS on a full pool (%d addresses out): code %d: %s", len(cs), code, msg)
+			if code != codeNotAvailable {
+				t.Errorf("STATUS on a full pool: code %d, want %d (plugin not available): %v", code, codeNotAvailable, err)
+			}
+			if !containsAny(strings.ToLower(msg), "exhaust", "full", "no free") {
+				t.Errorf("STATUS message %q does not say the pool is full", msg)
+			}
+			if err := r.del(t, cs[2]); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.status(t); err != nil {
+				t.Fatalf("STATUS after freeing one address: %v", err)
+			}
+		})
 	}
 }
 

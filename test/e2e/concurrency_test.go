@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"net/netip"
 	"sync"
 	"testing"
@@ -9,20 +11,30 @@ import (
 )
 
 // TestConcurrentAdds starts 200 ipkeeper ADD processes at once on one pool
-// of 150 usable addresses (a /24 cut down by rangeStart/rangeEnd): exactly
-// 150 succeed with distinct addresses inside the range, the other 50 exit
-// non-zero with CNI error code 100, and after one DEL a new ADD gets the one
-// free address.
+// of 150 usable addresses (a /24 or /120 cut down by rangeStart/rangeEnd):
+// exactly 150 succeed with distinct addresses inside the range, the other
+// 50 exit non-zero with CNI error code 100, and after one DEL a new ADD gets
+// the one free address.
 func TestConcurrentAdds(t *testing.T) {
+	for _, tc := range []struct{ name, subnet, lo, hi string }{
+		{"v4", "10.98.0.0/24", "10.98.0.10", "10.98.0.159"},
+		{"v6", "fd98::/120", "fd98::10", "fd98::a5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			concurrentAdds(t, tc.subnet, mustAddr(tc.lo), mustAddr(tc.hi))
+		})
+	}
+}
+
+func concurrentAdds(t *testing.T, subnet string, lo, hi netip.Addr) {
 	needIpkeeper(t)
 	const procs, usable = 200, 150
-	lo, hi := mustAddr("10.98.0.10"), mustAddr("10.98.0.159")
 	stdin := mustJSON(t, map[string]any{
 		"cniVersion": "1.1.0",
 		"name":       "ipk-e2e-concurrent",
 		"type":       "bridge",
 		"ipam": localIPAM(t.TempDir(), map[string]any{
-			"ranges": [][]map[string]any{{{"subnet": "10.98.0.0/24", "rangeStart": lo.String(), "rangeEnd": hi.String()}}},
+			"ranges": [][]map[string]any{{{"subnet": subnet, "rangeStart": lo.String(), "rangeEnd": hi.String()}}},
 		}),
 	})
 
@@ -77,6 +89,21 @@ func TestConcurrentAdds(t *testing.T) {
 	t.Logf("%d succeeded, failures by code: %v", len(owner), failCodes)
 	if len(owner) != usable {
 		t.Fatalf("%d ADDs succeeded, want exactly %d (failures by code: %v)", len(owner), usable, failCodes)
+	}
+
+	// The datastore holds exactly what was printed: failed ADDs left nothing.
+	confFile := filepath.Join(t.TempDir(), "net.conf")
+	if err := os.WriteFile(confFile, stdin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held := allocations(t, confFile)
+	if len(held) != len(owner) {
+		t.Errorf("datastore holds %d addresses, %d ADDs succeeded", len(held), len(owner))
+	}
+	for a, i := range owner {
+		if want := "ipk-e2e-concurrent." + idf("conc-%03d", i) + ".eth0"; held[a] != want {
+			t.Errorf("%v: datastore handle %q, ADD printed it for %q", a, held[a], want)
+		}
 	}
 
 	var freed netip.Addr
