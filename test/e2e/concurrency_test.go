@@ -1,9 +1,9 @@
 package e2e
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
-	"net/netip"
 	"sync"
 	"testing"
 
