@@ -30,7 +30,10 @@
 package consistency
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Kind names a kind of problem. The values are stable: scripts match them.
@@ -187,4 +190,23 @@ func prefixString(p netip.Prefix) string {
 		return ""
 	}
 	return p.String()
+}
+
+// Err returns the problems as one error naming each, or nil when there
+// are none; tests and fault checks fail with it.
+func (r Report) Err() error {
+	if len(r.Problems) == 0 {
+		return nil
+	}
+	const show = 20
+	var b strings.Builder
+	fmt.Fprintf(&b, "datastore inconsistent: %d problems:", len(r.Problems))
+	for i, p := range r.Problems {
+		if i == show {
+			fmt.Fprintf(&b, "\n... and %d more", len(r.Problems)-show)
+			break
+		}
+		fmt.Fprintf(&b, "\n%s %s %s %s: %s", p.Kind, p.Key, p.Addr, p.Handle, p.Detail)
+	}
+	return errors.New(b.String())
 }

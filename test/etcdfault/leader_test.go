@@ -126,9 +126,9 @@ func TestLeaderKill(t *testing.T) {
 		}
 	}
 	rep := checkStore(t, eps, prefix)
-	if rep.Handles != ok {
-		t.Errorf("%d handles in the store, %d successful ADDs", rep.Handles, ok)
+	if rep.Counts.Handles != ok {
+		t.Errorf("%d handles in the store, %d successful ADDs", rep.Counts.Handles, ok)
 	}
 	t.Logf("%d ADDs from %d nodes in %v: %d succeeded, %d error 11; store: %d handles, %d addresses, %d blocks",
-		total, nodes, elapsed.Round(time.Millisecond), ok, tryLater, rep.Handles, rep.Allocated, rep.Blocks)
+		total, nodes, elapsed.Round(time.Millisecond), ok, tryLater, rep.Counts.Handles, rep.Counts.Allocated, rep.Counts.Blocks)
 }

@@ -12,24 +12,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
-	"github.com/ipkeeper/ipkeeper/test/etcdfault/invariant"
 )
 
 // checkStore runs the invariant checker over prefix in etcd and returns
 // the report; any violated invariant fails the test.
-func checkStore(t *testing.T, endpoints []string, prefix string) invariant.Report {
+func checkStore(t *testing.T, endpoints []string, prefix string) consistency.Report {
 	t.Helper()
 	s, err := etcd.Open(t.Context(), etcd.Config{Endpoints: endpoints, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rep, err := invariant.Check(t.Context(), s)
+	rep, err := consistency.Check(t.Context(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.Error(); err != nil {
+	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return rep
@@ -64,16 +64,16 @@ func TestPluginAddDel(t *testing.T) {
 	if err != nil || b1.Code != 0 || slices.Contains(a1.IPs, b1.IPs[0]) || slices.Contains(a2.IPs, b1.IPs[0]) {
 		t.Fatalf("ADD c3 on node-b: %v %+v", err, b1)
 	}
-	if rep := checkStore(t, eps, prefix); rep.Handles != 3 || rep.Allocated != 6 {
-		t.Fatalf("after 3 ADDs: %d handles, %d addresses", rep.Handles, rep.Allocated)
+	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 3 || rep.Counts.Allocated != 6 {
+		t.Fatalf("after 3 ADDs: %d handles, %d addresses", rep.Counts.Handles, rep.Counts.Allocated)
 	}
 	for _, c := range []string{"c1", "c1", "c2", "c3"} {
 		if o, err := runPlugin(ctx, t, "DEL", c, conf, lock); err != nil || o.Code != 0 {
 			t.Fatalf("DEL %s: %v %+v", c, err, o)
 		}
 	}
-	if rep := checkStore(t, eps, prefix); rep.Handles != 0 || rep.Allocated != 0 {
-		t.Fatalf("after DEL of all: %d handles, %d addresses", rep.Handles, rep.Allocated)
+	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 0 || rep.Counts.Allocated != 0 {
+		t.Fatalf("after DEL of all: %d handles, %d addresses", rep.Counts.Handles, rep.Counts.Allocated)
 	}
 }
 
@@ -108,8 +108,8 @@ func TestPluginConcurrentSameNode(t *testing.T) {
 			seen[ip] = i
 		}
 	}
-	if rep := checkStore(t, eps, prefix); rep.Handles != n {
-		t.Fatalf("%d handles after %d ADDs", rep.Handles, n)
+	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != n {
+		t.Fatalf("%d handles after %d ADDs", rep.Counts.Handles, n)
 	}
 }
 
@@ -190,7 +190,7 @@ func TestPluginKill9(t *testing.T) {
 			}
 		}
 	}
-	if rep := checkStore(t, eps, prefix); rep.Handles != 0 || rep.Allocated != 0 {
-		t.Fatalf("after DEL of everything: %d handles, %d addresses", rep.Handles, rep.Allocated)
+	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 0 || rep.Counts.Allocated != 0 {
+		t.Fatalf("after DEL of everything: %d handles, %d addresses", rep.Counts.Handles, rep.Counts.Allocated)
 	}
 }

@@ -67,7 +67,7 @@ func TestQuorumLoss(t *testing.T) {
 			t.Fatalf("ADD noquorum%d returned 11 but left a handle (err %v)", i, err)
 		}
 	}
-	if rep := checkStore(t, eps, prefix); rep.Handles != 2 {
-		t.Fatalf("%d handles, want 2 (before and after)", rep.Handles)
+	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 2 {
+		t.Fatalf("%d handles, want 2 (before and after)", rep.Counts.Handles)
 	}
 }

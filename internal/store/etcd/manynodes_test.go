@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/test/etcdfault/invariant"
 )
 
 // Many nodes allocate at once from shared pools in etcd: 50 nodes with 8
@@ -86,17 +86,17 @@ func TestManyNodes(t *testing.T) {
 	if len(holder) != 2*total {
 		t.Fatalf("%d distinct addresses for %d dual-stack allocations", len(holder), total)
 	}
-	rep, err := invariant.Check(ctx, s)
+	rep, err := consistency.Check(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.Error(); err != nil {
+	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Handles != total || rep.Allocated != 2*total {
-		t.Fatalf("after allocation: %d handles, %d allocated addresses; want %d and %d", rep.Handles, rep.Allocated, total, 2*total)
+	if rep.Counts.Handles != total || rep.Counts.Allocated != 2*total {
+		t.Fatalf("after allocation: %d handles, %d allocated addresses; want %d and %d", rep.Counts.Handles, rep.Counts.Allocated, total, 2*total)
 	}
-	blocks := rep.Blocks
+	blocks := rep.Counts.Blocks
 	t.Logf("%d allocations from %d nodes x %d workers in %v (%.0f/s), %d blocks", total, nodes, perNode, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), blocks)
 
 	work := make(chan string, len(ids))
@@ -124,17 +124,17 @@ func TestManyNodes(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	rep, err = invariant.Check(ctx, s)
+	rep, err = consistency.Check(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.Error(); err != nil {
+	if err := rep.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Handles != 0 || rep.Allocated != 0 {
-		t.Fatalf("leftovers after releasing everything: %d handles, %d allocated addresses", rep.Handles, rep.Allocated)
+	if rep.Counts.Handles != 0 || rep.Counts.Allocated != 0 {
+		t.Fatalf("leftovers after releasing everything: %d handles, %d allocated addresses", rep.Counts.Handles, rep.Counts.Allocated)
 	}
-	if rep.Blocks != blocks || rep.Affinities != blocks {
-		t.Fatalf("after release: %d blocks and %d affinities, want the %d claimed blocks with their affinities", rep.Blocks, rep.Affinities, blocks)
+	if rep.Counts.Blocks != blocks || rep.Counts.Affinities != blocks {
+		t.Fatalf("after release: %d blocks and %d affinities, want the %d claimed blocks with their affinities", rep.Counts.Blocks, rep.Counts.Affinities, blocks)
 	}
 }
