@@ -25,6 +25,11 @@ type Request struct {
 	// Want optionally names specific addresses; each is taken from the
 	// range set whose pools contain it.
 	Want []netip.Addr
+	// Define gives the definitions of pools a config derives from its
+	// ranges: each is created by the allocation's own transaction when
+	// absent, and checked against the stored pool otherwise (as
+	// EnsurePool does), so a first ADD needs no separate write.
+	Define []ipam.Pool
 }
 
 // claimProbe is how many candidate blocks a claim reads before it falls
@@ -48,7 +53,7 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (ipam.Handle, err
 }
 
 func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle, error) {
-	keys := []string{HandleKey(req.Handle.ID)}
+	node := req.Handle.Node
 	var names []string
 	for _, set := range req.Sets {
 		for _, n := range set {
@@ -57,9 +62,15 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 			}
 		}
 	}
+	// One read: the handle, the pools and the blocks the node is believed
+	// to hold. The affinity index is listed only when that belief is
+	// missing, stale or has no room.
+	keys := []string{HandleKey(req.Handle.ID)}
 	for _, n := range names {
 		keys = append(keys, PoolKey(n))
 	}
+	hint, hinted := a.affinity.Load(node)
+	keys = append(keys, hint...)
 	es, err := a.store.Get(ctx, keys...)
 	if err != nil {
 		return ipam.Handle{}, err
@@ -67,19 +78,49 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 	if es[0].Version != 0 {
 		return decode[ipam.Handle](es[0])
 	}
+	var conds []kv.Cond
+	var ops []kv.Op
 	pools := map[string]ipam.Pool{}
 	for i, n := range names {
-		if es[i+1].Version == 0 {
+		e := es[i+1]
+		// The pools must not be deleted or redefined meanwhile: DeletePool
+		// first marks a pool Deleting, so an allocation that read it before
+		// fails this condition and retries into ErrNoPool, and one that
+		// committed first is seen by DeletePool's listing.
+		conds = append(conds, kv.Cond{Key: e.Key, Version: e.Version})
+		def, defined := findPool(req.Define, n)
+		switch {
+		case defined:
+			pool, put, err := reconcilePool(e, def)
+			if err != nil {
+				return ipam.Handle{}, err
+			}
+			pools[n] = pool
+			if put != nil {
+				ops = append(ops, *put)
+			}
+		case e.Version == 0:
 			return ipam.Handle{}, fmt.Errorf("%w: %q", ErrPoolNotFound, n)
-		}
-		if pools[n], err = decode[ipam.Pool](es[i+1]); err != nil {
-			return ipam.Handle{}, err
+		default:
+			if pools[n], err = decode[ipam.Pool](e); err != nil {
+				return ipam.Handle{}, err
+			}
 		}
 	}
 	p := newPlan(a.store)
-	affine, err := a.readAffine(ctx, p, req.Handle.Node, pools)
-	if err != nil {
-		return ipam.Handle{}, err
+	nb := &nodeBlocks{a: a, p: p, node: node, pools: pools, byPool: map[string][]netip.Prefix{}}
+	stale := !hinted
+	for _, e := range es[1+len(names):] {
+		ok, err := nb.add(e)
+		if err != nil {
+			return ipam.Handle{}, err
+		}
+		stale = stale || !ok
+	}
+	if stale {
+		if err := nb.list(ctx); err != nil {
+			return ipam.Handle{}, err
+		}
 	}
 	h := req.Handle
 	h.IPs = nil
@@ -93,7 +134,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 		if want, ok := wanted(req.Want, usable); ok {
 			hip, err = a.assignWanted(ctx, p, usable, want, h)
 		} else {
-			hip, err = a.assignAny(ctx, p, usable, affine, h)
+			hip, err = a.assignAny(ctx, p, usable, nb, h)
 		}
 		if err != nil {
 			return ipam.Handle{}, fmt.Errorf("range set %d: %w", i, err)
@@ -105,54 +146,25 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 			return ipam.Handle{}, fmt.Errorf("%w: %s is in no usable pool of the request (pools %s)", ErrAddrUnavailable, w, strings.Join(names, ", "))
 		}
 	}
-	conds := []kv.Cond{{Key: HandleKey(h.ID), Version: 0}}
-	ops := []kv.Op{{Key: HandleKey(h.ID), Value: encode(h)}}
-	for i := range names {
-		// The pools must not be deleted or redefined meanwhile: DeletePool
-		// first marks a pool Deleting, so an allocation that read it before
-		// fails this condition and retries into ErrNoPool, and one that
-		// committed first is seen by DeletePool's listing.
-		pe := es[i+1]
-		conds = append(conds, kv.Cond{Key: pe.Key, Version: pe.Version})
-	}
+	conds = append(conds, kv.Cond{Key: HandleKey(h.ID), Version: 0})
+	ops = append(ops, kv.Op{Key: HandleKey(h.ID), Value: encode(h)})
 	if err := p.commit(ctx, conds, ops); err != nil {
+		if errors.Is(err, kv.ErrConflict) {
+			a.affinity.Forget(node)
+		}
 		return ipam.Handle{}, err
 	}
+	a.affinity.Store(node, p.affineKeys(node))
 	return h, nil
 }
 
-// readAffine reads the node's own blocks of the given pools: the affinity
-// index bounds what an allocation reads, whatever the cluster's size.
-func (a *Allocator) readAffine(ctx context.Context, p *plan, node string, pools map[string]ipam.Pool) (map[string][]netip.Prefix, error) {
-	es, err := a.store.List(ctx, affinityPrefix+node+"/")
-	if err != nil {
-		return nil, err
-	}
-	affine := map[string][]netip.Prefix{}
-	var keys []string
-	for _, e := range es {
-		pool, cidr, ok := parseAffinityKey(node, e.Key)
-		if _, want := pools[pool]; !ok || !want {
-			continue
-		}
-		affine[pool] = append(affine[pool], cidr)
-		keys = append(keys, BlockKey(pool, cidr))
-	}
-	if len(keys) > 0 {
-		bs, err := a.store.Get(ctx, keys...)
-		if err != nil {
-			return nil, err
-		}
-		for _, b := range bs {
-			if err := p.remember(b); err != nil {
-				return nil, err
-			}
+func findPool(pools []ipam.Pool, name string) (ipam.Pool, bool) {
+	for _, p := range pools {
+		if p.Name == name {
+			return p, true
 		}
 	}
-	for _, cidrs := range affine {
-		slices.SortFunc(cidrs, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
-	}
-	return affine, nil
+	return ipam.Pool{}, false
 }
 
 // usablePools returns the pools of a set that may hand out addresses on a
@@ -192,12 +204,20 @@ func wanted(want []netip.Addr, pools []ipam.Pool) (netip.Addr, bool) {
 // assignAny takes an address from the first pool that has one: from the
 // node's own blocks, else from a newly claimed block, else borrowed from
 // another node's block unless the pool is strict.
-func (a *Allocator) assignAny(ctx context.Context, p *plan, pools []ipam.Pool, affine map[string][]netip.Prefix, h ipam.Handle) (ipam.HandleIP, error) {
+func (a *Allocator) assignAny(ctx context.Context, p *plan, pools []ipam.Pool, nb *nodeBlocks, h ipam.Handle) (ipam.HandleIP, error) {
 	var names []string
 	for _, pool := range pools {
 		names = append(names, pool.Name)
-		for _, cidr := range affine[pool.Name] {
-			if hip, ok := tryAssign(p, pool, BlockKey(pool.Name, cidr), h.ID); ok {
+		if hip, ok := nb.assign(pool, h.ID); ok {
+			return hip, nil
+		}
+		if !nb.listed {
+			// The hinted blocks are full: look for others of the node
+			// before claiming a new one.
+			if err := nb.list(ctx); err != nil {
+				return ipam.HandleIP{}, err
+			}
+			if hip, ok := nb.assign(pool, h.ID); ok {
 				return hip, nil
 			}
 		}

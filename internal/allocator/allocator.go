@@ -17,8 +17,9 @@ import (
 
 // Allocator allocates and releases addresses in a datastore.
 type Allocator struct {
-	store kv.Store
-	log   *slog.Logger
+	store    kv.Store
+	log      *slog.Logger
+	affinity AffinityCache
 	// MaxAttempts bounds the transaction attempts of one operation.
 	MaxAttempts int
 	// BaseBackoff and MaxBackoff bound the jittered wait between attempts.
@@ -35,12 +36,17 @@ func New(store kv.Store, log *slog.Logger) *Allocator {
 	return &Allocator{
 		store:       store,
 		log:         log,
+		affinity:    &MemoryAffinityCache{},
 		MaxAttempts: 100,
 		BaseBackoff: time.Millisecond,
 		MaxBackoff:  50 * time.Millisecond,
 		Now:         time.Now,
 	}
 }
+
+// SetAffinityCache replaces the in-memory affinity hints, e.g. with a
+// FileAffinityCache for short-lived plugin processes.
+func (a *Allocator) SetAffinityCache(c AffinityCache) { a.affinity = c }
 
 // Store returns the datastore the allocator works on.
 func (a *Allocator) Store() kv.Store { return a.store }

@@ -23,25 +23,34 @@ func (a *Allocator) EnsurePool(ctx context.Context, pool ipam.Pool) (ipam.Pool, 
 		if err != nil {
 			return err
 		}
-		e := es[0]
-		if e.Version != 0 {
-			stored, err := decode[ipam.Pool](e)
-			if err != nil {
-				return err
-			}
-			switch {
-			case stored.SameDefinition(pool):
-				out = stored
-				return nil
-			case stored.Origin != "import" || stored.CIDR != pool.CIDR || stored.BlockSize != pool.BlockSize:
-				return fmt.Errorf("%w: pool %q is stored as %s, the config asks for %s; remove it with 'ipkeeperctl pool rm %s' once it is empty, or use another range",
-					ErrPoolConflict, pool.Name, describe(stored), describe(pool), pool.Name)
-			}
+		var put *kv.Op
+		if out, put, err = reconcilePool(es[0], pool); err != nil || put == nil {
+			return err
 		}
-		out = pool
-		return a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: encode(pool)}})
+		return a.store.Txn(ctx, []kv.Cond{{Key: es[0].Key, Version: es[0].Version}}, []kv.Op{*put})
 	})
 	return out, err
+}
+
+// reconcilePool decides what a stored pool entry becomes when a config
+// defines the pool as def: the pool to use, and the write needed (nil when
+// the stored pool is used as is). An absent pool is created; one from an
+// import adopts def; any other difference is ErrPoolConflict.
+func reconcilePool(e kv.KeyValue, def ipam.Pool) (ipam.Pool, *kv.Op, error) {
+	if e.Version != 0 {
+		stored, err := decode[ipam.Pool](e)
+		if err != nil {
+			return ipam.Pool{}, nil, err
+		}
+		switch {
+		case stored.SameDefinition(def):
+			return stored, nil, nil
+		case stored.Origin != "import" || stored.CIDR != def.CIDR || stored.BlockSize != def.BlockSize:
+			return ipam.Pool{}, nil, fmt.Errorf("%w: pool %q is stored as %s, the config asks for %s; remove it with 'ipkeeperctl pool rm %s' once it is empty, or use another range",
+				ErrPoolConflict, def.Name, describe(stored), describe(def), def.Name)
+		}
+	}
+	return def, &kv.Op{Key: e.Key, Value: encode(def)}, nil
 }
 
 func describe(p ipam.Pool) string {

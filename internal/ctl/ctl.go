@@ -45,7 +45,8 @@ type Env struct {
 	Getenv func(string) string
 	// Hostname is the last fallback for the node name.
 	Hostname func() (string, error)
-	// Open opens a datastore (default datastore.Open).
+	// Open opens a datastore (default datastore.OpenShared: the CLI never
+	// takes the node lock plugin calls serialize on).
 	Open func(ctx context.Context, ds config.Datastore) (kv.Store, error)
 	// Exists reports whether a path exists, for the netns of a handle.
 	Exists func(path string) bool
@@ -54,7 +55,7 @@ type Env struct {
 // OSEnv is the environment of the running process.
 func OSEnv() Env {
 	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Hostname: os.Hostname,
-		Open: datastore.Open, Exists: pathExists}
+		Open: datastore.OpenShared, Exists: pathExists}
 }
 
 func pathExists(p string) bool {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -59,6 +61,23 @@ func OpenShared(ctx context.Context, ds config.Datastore) (kv.Store, error) {
 	return Open(ctx, ds)
 }
 
+// HintDir is where plugin processes of this node keep allocation hints
+// (allocator.FileAffinityCache) for ds, beside its node lock; "" for the
+// local store, whose reads cost no round trip.
+func HintDir(ds config.Datastore) string {
+	if ds.Type != config.DatastoreEtcd {
+		return ""
+	}
+	return filepath.Join(lockDir(), strings.TrimSuffix(lockName(etcdConfig(ds)), ".lock")+".hints")
+}
+
+func lockDir() string {
+	if dir := os.Getenv(LockDirEnv); dir != "" {
+		return dir
+	}
+	return DefaultLockDir
+}
+
 func etcdConfig(ds config.Datastore) etcd.Config {
 	return etcd.Config{
 		Endpoints: ds.Endpoints, CAFile: ds.CAFile, CertFile: ds.CertFile, KeyFile: ds.KeyFile,
@@ -70,10 +89,7 @@ func openEtcd(ctx context.Context, ds config.Datastore, lock bool) (kv.Store, er
 	cfg := etcdConfig(ds)
 	var unlock func()
 	if lock {
-		dir := os.Getenv(LockDirEnv)
-		if dir == "" {
-			dir = DefaultLockDir
-		}
+		dir := lockDir()
 		wait := 3 * cfg.RequestTimeout
 		if wait <= 0 {
 			wait = 3 * etcd.DefaultRequestTimeout

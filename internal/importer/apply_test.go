@@ -183,18 +183,18 @@ func TestWhereaboutsImportThenAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sets, err := netpools.Resolve(ctx, a, conf)
+	sets, define, err := netpools.Resolve(ctx, a, conf)
 	if err != nil {
-		t.Fatalf("the config does not adopt the imported pool: %v", err)
+		t.Fatal(err)
 	}
 	if p := sets[0][0]; p.Name != plan.Pools[0].Name || p.RangeStart.String() != "172.18.178.196" {
 		t.Fatalf("resolved pool %+v", p)
 	}
 	req := func(id string) allocator.Request {
-		return allocator.Request{Handle: ipam.Handle{ID: id, Node: "n1"}, Sets: [][]string{sets[0].Names()}}
+		return allocator.Request{Handle: ipam.Handle{ID: id, Node: "n1"}, Sets: [][]string{sets[0].Names()}, Define: define}
 	}
 	if _, err := a.Allocate(ctx, req("test.new1.net1")); !errors.Is(err, allocator.ErrExhausted) {
-		t.Fatalf("allocate in the full imported pool: %v, want ErrExhausted", err)
+		t.Fatalf("allocate in the full imported pool: %v, want ErrExhausted (the config adopts the imported pool)", err)
 	}
 	stale := "test.7213d4c5b6a7988a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f07a7a16b0f67.net1"
 	if freed, err := a.Release(ctx, stale); err != nil || len(freed) != 1 || freed[0].String() != "172.18.178.199" {

@@ -50,25 +50,23 @@ func Planned(conf *config.IPAM) ([]Set, error) {
 	return sets, nil
 }
 
-// Resolve returns the range sets of conf as stored pools: ranges become
-// pools created idempotently on first use; named pools are read and
-// grouped into one set per IP family (IPv4 first).
-func Resolve(ctx context.Context, a *allocator.Allocator, conf *config.IPAM) ([]Set, error) {
+// Resolve returns the range sets of conf and the pool definitions the
+// allocation must create when absent (allocator.Request.Define): ranges
+// become pools defined by the config, created by the first allocation's
+// own transaction; named pools are read and grouped into one set per IP
+// family (IPv4 first) and define nothing.
+func Resolve(ctx context.Context, a *allocator.Allocator, conf *config.IPAM) (sets []Set, define []ipam.Pool, err error) {
 	if len(conf.Pools) > 0 {
-		return named(ctx, a, conf.Pools)
+		sets, err = named(ctx, a, conf.Pools)
+		return sets, nil, err
 	}
-	sets, err := Planned(conf)
-	if err != nil {
-		return nil, err
+	if sets, err = Planned(conf); err != nil {
+		return nil, nil, err
 	}
 	for _, set := range sets {
-		for i, p := range set {
-			if set[i], err = a.EnsurePool(ctx, p); err != nil {
-				return nil, err
-			}
-		}
+		define = append(define, set...)
 	}
-	return sets, nil
+	return sets, define, nil
 }
 
 func named(ctx context.Context, a *allocator.Allocator, names []string) ([]Set, error) {

@@ -80,9 +80,13 @@ func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	alloc := allocator.New(store, p.Log)
+	if dir := datastore.HintDir(conf.Datastore); dir != "" {
+		alloc.SetAffinityCache(allocator.FileAffinityCache{Dir: dir})
+	}
 	return &session{
 		conf:  conf,
-		alloc: allocator.New(store, p.Log),
+		alloc: alloc,
 		close: func() { _ = store.Close() },
 	}, nil
 }
@@ -110,7 +114,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cniError(err)
 	}
 	defer s.close()
-	sets, err := netpools.Resolve(ctx, s.alloc, s.conf)
+	sets, define, err := netpools.Resolve(ctx, s.alloc, s.conf)
 	if err != nil {
 		return cniError(err)
 	}
@@ -128,6 +132,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		},
 		Labels: map[string]string{"kubernetes.io/hostname": s.conf.NodeName},
 		Want:   att.IPs,
+		Define: define,
 	}
 	for _, set := range sets {
 		req.Sets = append(req.Sets, set.Names())
@@ -251,7 +256,7 @@ func status(ctx context.Context, s *session) error {
 	var sets []netpools.Set
 	var err error
 	if len(s.conf.Pools) > 0 {
-		sets, err = netpools.Resolve(ctx, s.alloc, s.conf)
+		sets, _, err = netpools.Resolve(ctx, s.alloc, s.conf)
 	} else {
 		sets, err = netpools.Planned(s.conf)
 	}

@@ -1,0 +1,104 @@
+package allocator
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// nodeBlocks tracks the blocks one allocation knows to be affine to its
+// node: first those the affinity cache hinted (read with the handle), then,
+// when needed, every block the affinity index lists.
+type nodeBlocks struct {
+	a      *Allocator
+	p      *plan
+	node   string
+	pools  map[string]ipam.Pool
+	byPool map[string][]netip.Prefix
+	listed bool
+}
+
+// add takes a block entry read on a hint. It reports false when the hint
+// was stale: the block is gone or no longer the node's.
+func (nb *nodeBlocks) add(e kv.KeyValue) (bool, error) {
+	if e.Version == 0 {
+		return false, nil
+	}
+	if err := nb.p.remember(e); err != nil {
+		return false, err
+	}
+	b := nb.p.blocks[e.Key].block
+	if b.Node != nb.node || e.Key != BlockKey(b.Pool, b.CIDR) {
+		return false, nil
+	}
+	if _, ok := nb.pools[b.Pool]; ok && !slices.Contains(nb.byPool[b.Pool], b.CIDR) {
+		nb.byPool[b.Pool] = append(nb.byPool[b.Pool], b.CIDR)
+		sortPrefixes(nb.byPool[b.Pool])
+	}
+	return true, nil
+}
+
+// list reads the affinity index of the node and every listed block of the
+// wanted pools not read yet: what an allocation reads stays bounded by the
+// node's own blocks, whatever the cluster's size.
+func (nb *nodeBlocks) list(ctx context.Context) error {
+	nb.listed = true
+	es, err := nb.a.store.List(ctx, affinityPrefix+nb.node+"/")
+	if err != nil {
+		return err
+	}
+	var keys []string
+	for _, e := range es {
+		pool, cidr, ok := parseAffinityKey(nb.node, e.Key)
+		if _, want := nb.pools[pool]; !ok || !want {
+			continue
+		}
+		if key := BlockKey(pool, cidr); nb.p.blocks[key] == nil {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	bs, err := nb.a.store.Get(ctx, keys...)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		if _, err := nb.add(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// assign takes the first free address of the node's known blocks of pool.
+func (nb *nodeBlocks) assign(pool ipam.Pool, handle string) (ipam.HandleIP, bool) {
+	for _, cidr := range nb.byPool[pool.Name] {
+		if hip, ok := tryAssign(nb.p, pool, BlockKey(pool.Name, cidr), handle); ok {
+			return hip, true
+		}
+	}
+	return ipam.HandleIP{}, false
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	slices.SortFunc(ps, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
+}
+
+// affineKeys lists the keys of the plan's blocks affine to node, as they
+// will be once the plan commits.
+func (p *plan) affineKeys(node string) []string {
+	var keys []string
+	for _, key := range p.order {
+		pb := p.blocks[key]
+		if (pb.exists || pb.dirty) && pb.block.Node == node && strings.HasPrefix(key, blockPrefix) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
