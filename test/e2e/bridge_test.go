@@ -119,6 +119,17 @@ func bridgeLifecycle(t *testing.T, family int, subnet netip.Prefix) {
 	// The survivors still work.
 	ping(t, cs[1].ns, cs[1].gateway(t, family).String())
 
+	// A runtime's GC through libcni: it DELs every cached attachment not
+	// listed (the even ones, already released by ipkeeper's GC, and the
+	// last odd one), then sends GC down the chain.
+	last := cs[n-1]
+	if err := r.cni.GCNetworkList(ctxT(t), r.list, &libcni.GCArgs{ValidAttachments: valid[:len(valid)-1]}); err != nil {
+		t.Fatalf("libcni GC: %v", err)
+	}
+	if got, want := allocated(t, r.confFile), sortedAddrs(keep[:len(keep)-1]); !slices.Equal(got, want) {
+		t.Fatalf("after libcni GC without %s the datastore holds %v, want %v", last.id, got, want)
+	}
+
 	if err := r.status(t); err != nil {
 		t.Fatalf("STATUS with free addresses: %v", err)
 	}
