@@ -72,13 +72,18 @@ func (a *Allocator) releaseInBlock(ctx context.Context, p *plan, ip ipam.HandleI
 
 // ReleaseAddr frees one address whoever holds it, and drops it from its
 // handle (deleting the handle when it held nothing else), in one
-// transaction. It returns the handle that held the address (zero when the
-// block named a handle that no longer exists).
+// transaction. It returns the handle that held the address (only its ID
+// when the block named a handle that no longer exists).
 func (a *Allocator) ReleaseAddr(ctx context.Context, addr netip.Addr) (ipam.Handle, error) {
+	return a.releaseAddr(ctx, func() (ipam.Pool, error) { return a.poolOf(ctx, addr) }, addr, "")
+}
+
+// releaseAddr releases addr of the pool findPool returns, only while
+// holder holds it when holder is not "".
+func (a *Allocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool, error), addr netip.Addr, holder string) (ipam.Handle, error) {
 	var owner ipam.Handle
 	err := a.retry(ctx, "release "+addr.String(), func() error {
-		owner = ipam.Handle{}
-		pool, err := a.poolOf(ctx, addr)
+		pool, err := findPool()
 		if err != nil {
 			return err
 		}
@@ -88,19 +93,23 @@ func (a *Allocator) ReleaseAddr(ctx context.Context, addr netip.Addr) (ipam.Hand
 		if err != nil {
 			return err
 		}
-		holder := pb.block.Owner(addr)
-		if !pb.exists || holder == "" {
+		got := pb.block.Owner(addr)
+		switch {
+		case !pb.exists || got == "":
 			return fmt.Errorf("%w: %s", ErrNotAllocated, addr)
+		case holder != "" && got != holder:
+			return fmt.Errorf("%w: %s is held by %q, not %q", ErrHolderChanged, addr, got, holder)
 		}
-		b, err := pb.block.Release(addr, holder)
+		b, err := pb.block.Release(addr, got)
 		if err != nil {
 			return err
 		}
 		p.update(BlockKey(pool.Name, cidr), b)
-		es, err := a.store.Get(ctx, HandleKey(holder))
+		es, err := a.store.Get(ctx, HandleKey(got))
 		if err != nil {
 			return err
 		}
+		owner = ipam.Handle{ID: got}
 		conds := []kv.Cond{{Key: es[0].Key, Version: es[0].Version}}
 		var ops []kv.Op
 		if es[0].Version != 0 {
@@ -108,14 +117,12 @@ func (a *Allocator) ReleaseAddr(ctx context.Context, addr netip.Addr) (ipam.Hand
 				return err
 			}
 			rest := owner
-			rest.IPs = slices.DeleteFunc(slices.Clone(owner.IPs), func(ip ipam.HandleIP) bool { return ip.Addr == addr })
+			rest.IPs = slices.DeleteFunc(slices.Clone(owner.IPs), func(ip ipam.HandleIP) bool { return ip.Addr == addr && ip.Pool == pool.Name })
 			if len(rest.IPs) == 0 {
 				ops = append(ops, kv.Op{Key: es[0].Key, Delete: true})
 			} else {
 				ops = append(ops, kv.Op{Key: es[0].Key, Value: encode(rest)})
 			}
-		} else {
-			owner = ipam.Handle{ID: holder}
 		}
 		return p.commit(ctx, conds, ops)
 	})

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
 // ErrHolderChanged means an address is no longer held by the handle the
@@ -22,53 +20,11 @@ var ErrHolderChanged = errors.New("address is no longer held by that handle")
 // It fails with ErrHolderChanged otherwise and with ErrNotAllocated when
 // the address is free. Added for ipkeeperctl's `ip release`.
 func (a *Allocator) ReleaseAddrHeldBy(ctx context.Context, poolName string, addr netip.Addr, holder string) (ipam.Handle, error) {
-	var owner ipam.Handle
-	err := a.retry(ctx, "release "+addr.String(), func() error {
-		owner = ipam.Handle{ID: holder}
+	return a.releaseAddr(ctx, func() (ipam.Pool, error) {
 		pool, err := a.Pool(ctx, poolName)
-		if err != nil {
-			return err
+		if err == nil && !pool.CIDR.Contains(addr) {
+			err = fmt.Errorf("%w: pool %q does not hold %s", ErrNotAllocated, poolName, addr)
 		}
-		if !pool.CIDR.Contains(addr) {
-			return fmt.Errorf("%w: pool %q does not hold %s", ErrNotAllocated, poolName, addr)
-		}
-		cidr, _ := addr.Prefix(pool.BlockSize)
-		p := newPlan(a.store)
-		pb, err := p.block(ctx, pool.Name, cidr)
-		if err != nil {
-			return err
-		}
-		got := pb.block.Owner(addr)
-		if !pb.exists || got == "" {
-			return fmt.Errorf("%w: %s", ErrNotAllocated, addr)
-		}
-		if got != holder {
-			return fmt.Errorf("%w: %s is held by %q, not %q", ErrHolderChanged, addr, got, holder)
-		}
-		b, err := pb.block.Release(addr, holder)
-		if err != nil {
-			return err
-		}
-		p.update(BlockKey(pool.Name, cidr), b)
-		es, err := a.store.Get(ctx, HandleKey(holder))
-		if err != nil {
-			return err
-		}
-		conds := []kv.Cond{{Key: es[0].Key, Version: es[0].Version}}
-		var ops []kv.Op
-		if es[0].Version != 0 {
-			if owner, err = decode[ipam.Handle](es[0]); err != nil {
-				return err
-			}
-			rest := owner
-			rest.IPs = slices.DeleteFunc(slices.Clone(owner.IPs), func(ip ipam.HandleIP) bool { return ip.Addr == addr && ip.Pool == pool.Name })
-			if len(rest.IPs) == 0 {
-				ops = append(ops, kv.Op{Key: es[0].Key, Delete: true})
-			} else {
-				ops = append(ops, kv.Op{Key: es[0].Key, Value: encode(rest)})
-			}
-		}
-		return p.commit(ctx, conds, ops)
-	})
-	return owner, err
+		return pool, err
+	}, addr, holder)
 }

@@ -91,10 +91,24 @@ func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
 	}, nil
 }
 
-// Add allocates one address per range set for the attachment.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+// withSession runs fn with the parsed config and the open datastore, under
+// the invocation's timeout, and maps any error to a CNI error with toCNI.
+func (p *Plugin) withSession(stdin []byte, toCNI func(error) *types.Error, fn func(context.Context, *session) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
+	s, err := p.open(ctx, stdin)
+	if err == nil {
+		defer s.close()
+		err = fn(ctx, s)
+	}
+	if err != nil {
+		return toCNI(err)
+	}
+	return nil
+}
+
+// Add allocates one address per range set for the attachment.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
 	att, err := parseArgs(args.Args, args.StdinData)
 	if err != nil {
 		return cniError(err)
@@ -109,140 +123,107 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				fmt.Sprintf("CNI_NETNS %q is the plugin's own netns; the container needs a network namespace of its own", args.Netns), "")
 		}
 	}
-	s, err := p.open(ctx, args.StdinData)
-	if err != nil {
-		return cniError(err)
-	}
-	defer s.close()
-	sets, define, err := netpools.Resolve(ctx, s.alloc, s.conf)
-	if err != nil {
-		return cniError(err)
-	}
-	req := allocator.Request{
-		Handle: ipam.Handle{
-			ID:          ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName),
-			Network:     s.conf.Network,
-			ContainerID: args.ContainerID,
-			IfName:      args.IfName,
-			Node:        s.conf.NodeName,
-			NetNS:       args.Netns,
-			Namespace:   att.Namespace,
-			Pod:         att.Pod,
-			PodUID:      att.PodUID,
-		},
-		Labels: map[string]string{"kubernetes.io/hostname": s.conf.NodeName},
-		Want:   att.IPs,
-		Define: define,
-	}
-	for _, set := range sets {
-		req.Sets = append(req.Sets, set.Names())
-	}
-	h, err := s.alloc.Allocate(ctx, req)
-	if err != nil {
-		return cniError(err)
-	}
-	p.Log.Info("allocated", "handle", h.ID, "node", h.Node, "ips", fmt.Sprint(h.IPs))
-	res, err := buildResult(s.conf, sets, h)
-	if err != nil {
-		return cniError(err)
-	}
-	out, err := res.GetAsVersion(s.conf.CNIVersion)
-	if err != nil {
-		return types.NewError(types.ErrIncompatibleCNIVersion, err.Error(), "")
-	}
-	return out.PrintTo(p.Stdout)
+	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+		sets, define, err := netpools.Resolve(ctx, s.alloc, s.conf)
+		if err != nil {
+			return err
+		}
+		req := allocator.Request{
+			Handle: ipam.Handle{
+				ID:          ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName),
+				Network:     s.conf.Network,
+				ContainerID: args.ContainerID,
+				IfName:      args.IfName,
+				Node:        s.conf.NodeName,
+				NetNS:       args.Netns,
+				Namespace:   att.Namespace,
+				Pod:         att.Pod,
+				PodUID:      att.PodUID,
+			},
+			Labels: map[string]string{"kubernetes.io/hostname": s.conf.NodeName},
+			Want:   att.IPs,
+			Define: define,
+		}
+		for _, set := range sets {
+			req.Sets = append(req.Sets, set.Names())
+		}
+		h, err := s.alloc.Allocate(ctx, req)
+		if err != nil {
+			return err
+		}
+		p.Log.Info("allocated", "handle", h.ID, "node", h.Node, "ips", fmt.Sprint(h.IPs))
+		res, err := buildResult(s.conf, sets, h)
+		if err != nil {
+			return err
+		}
+		out, err := res.GetAsVersion(s.conf.CNIVersion)
+		if err != nil {
+			return types.NewError(types.ErrIncompatibleCNIVersion, err.Error(), "")
+		}
+		return out.PrintTo(p.Stdout)
+	})
 }
 
 // Del releases everything of the attachment's handle; nothing to release
 // is success.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	s, err := p.open(ctx, args.StdinData)
-	if err != nil {
-		return cniError(err)
-	}
-	defer s.close()
-	id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
-	freed, err := s.alloc.Release(ctx, id)
-	if err != nil {
-		return cniError(err)
-	}
-	p.Log.Info("released", "handle", id, "ips", fmt.Sprint(freed))
-	return nil
+	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
+		freed, err := s.alloc.Release(ctx, id)
+		if err == nil {
+			p.Log.Info("released", "handle", id, "ips", fmt.Sprint(freed))
+		}
+		return err
+	})
 }
 
 // Check verifies that the attachment's allocation exists and matches the
 // addresses of prevResult.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	s, err := p.open(ctx, args.StdinData)
-	if err != nil {
-		return cniError(err)
-	}
-	defer s.close()
-	id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
-	h, ok, err := s.alloc.Handle(ctx, id)
-	if err != nil {
-		return cniError(err)
-	}
-	if !ok {
-		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no allocation for handle %q", id), "")
-	}
-	if err := checkPrevResult(args.StdinData, h); err != nil {
-		return cniError(err)
-	}
-	return nil
+	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
+		h, ok, err := s.alloc.Handle(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no allocation for handle %q", id), "")
+		}
+		return checkPrevResult(args.StdinData, h)
+	})
 }
 
 // GC releases every allocation of this network on this node whose
 // attachment is not listed in cni.dev/valid-attachments.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
 	var gc types.PluginConf
 	if err := jsonUnmarshal(args.StdinData, &gc); err != nil {
 		return cniError(err)
 	}
-	s, err := p.open(ctx, args.StdinData)
-	if err != nil {
-		return cniError(err)
-	}
-	defer s.close()
-	valid := map[string]bool{}
-	for _, v := range gc.ValidAttachments {
-		valid[ipam.HandleID(s.conf.Network, v.ContainerID, v.IfName)] = true
-	}
-	released, err := s.alloc.ReleaseHandles(ctx, func(h ipam.Handle) bool {
-		return h.Network == s.conf.Network && h.Node == s.conf.NodeName && !valid[h.ID]
+	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+		valid := map[string]bool{}
+		for _, v := range gc.ValidAttachments {
+			valid[ipam.HandleID(s.conf.Network, v.ContainerID, v.IfName)] = true
+		}
+		released, err := s.alloc.ReleaseHandles(ctx, func(h ipam.Handle) bool {
+			return h.Network == s.conf.Network && h.Node == s.conf.NodeName && !valid[h.ID]
+		})
+		for _, h := range released {
+			p.Log.Info("gc released", "handle", h.ID, "node", h.Node)
+		}
+		return err
 	})
-	for _, h := range released {
-		p.Log.Info("gc released", "handle", h.ID, "node", h.Node)
-	}
-	if err != nil {
-		return cniError(err)
-	}
-	return nil
 }
 
 // Status fails when the datastore is unusable or a range set has no pool
 // with a free address for this node.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	s, err := p.open(ctx, args.StdinData)
-	if err != nil {
-		return statusError(err)
-	}
-	defer s.close()
-	if err := status(ctx, s); err != nil {
-		return statusError(err)
-	}
-	return nil
+	return p.withSession(args.StdinData, statusError, status)
 }
 
-func statusError(err error) error {
+// statusError maps STATUS failures that mean "cannot serve ADD now" to the
+// CNI 1.1 code 50; config errors keep their codes.
+func statusError(err error) *types.Error {
 	e := cniError(err)
 	if e.Code == types.ErrTryAgainLater || e.Code == CodePoolExhausted || e.Code == CodeNoPool || e.Code == types.ErrInternal {
 		return types.NewError(CodeNotAvailable, e.Msg, e.Details)
