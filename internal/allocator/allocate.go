@@ -43,16 +43,27 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (ipam.Handle, err
 	if req.Handle.ID == "" || req.Handle.Node == "" || strings.Contains(req.Handle.Node, "/") {
 		return ipam.Handle{}, fmt.Errorf("allocate: handle ID and a node name without '/' are required (node %q)", req.Handle.Node)
 	}
+	defer a.lockNode(req.Handle.Node)()
 	var out ipam.Handle
 	err := a.retry(ctx, "allocate "+req.Handle.ID, func() error {
 		var err error
-		out, err = a.allocateOnce(ctx, req)
+		out, err = a.allocateOnce(ctx, req, true)
+		if errors.Is(err, errStaleHint) {
+			// What the hint said did not hold or did not suffice: read.
+			out, err = a.allocateOnce(ctx, req, false)
+		}
 		return err
 	})
 	return out, err
 }
 
-func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle, error) {
+// errStaleHint means an allocation computed from a hint alone did not
+// succeed: something it relied on changed, or it failed for a reason only
+// a read can confirm (the handle may exist, a pool may have room). The
+// caller retries reading the store.
+var errStaleHint = errors.New("allocation hint out of date")
+
+func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly bool) (_ ipam.Handle, err error) {
 	node := req.Handle.Node
 	var names []string
 	for _, set := range req.Sets {
@@ -62,21 +73,42 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 			}
 		}
 	}
-	// One read: the handle, the pools and the blocks the node is believed
-	// to hold. The affinity index is listed only when that belief is
-	// missing, stale or has no room.
+	// One read at most: the handle, the pools and the blocks the node is
+	// believed to hold. With a complete hint there is no read at all: the
+	// commit is guarded by the hinted versions and the handle's absence.
+	// The affinity index is listed only when the hint is missing, stale or
+	// has no room.
 	keys := []string{HandleKey(req.Handle.ID)}
 	for _, n := range names {
 		keys = append(keys, PoolKey(n))
 	}
-	hint, hinted := a.affinity.Load(node)
-	keys = append(keys, hint...)
-	es, err := a.store.Get(ctx, keys...)
-	if err != nil {
-		return ipam.Handle{}, err
-	}
-	if es[0].Version != 0 {
-		return decode[ipam.Handle](es[0])
+	hint, hinted := a.hints.Load(node)
+	optimistic := allowHintOnly && hinted && hint.complete(keys[1:])
+	defer func() {
+		// A failure computed from a hint alone proves nothing: the
+		// handle may exist, a pool may have room.
+		if optimistic && err != nil && !errors.Is(err, kv.ErrUnavailable) {
+			err = errStaleHint
+		}
+	}()
+	var es []kv.KeyValue
+	if optimistic {
+		es = []kv.KeyValue{{Key: keys[0]}}
+		for _, k := range keys[1:] {
+			e, _ := hint.get(k)
+			es = append(es, e)
+		}
+		es = append(es, hint.blocks()...)
+	} else {
+		for _, e := range hint.blocks() {
+			keys = append(keys, e.Key)
+		}
+		if es, err = a.store.Get(ctx, keys...); err != nil {
+			return ipam.Handle{}, err
+		}
+		if es[0].Version != 0 {
+			return decode[ipam.Handle](es[0])
+		}
 	}
 	var conds []kv.Cond
 	var ops []kv.Op
@@ -102,15 +134,18 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 		case e.Version == 0:
 			return ipam.Handle{}, fmt.Errorf("%w: %q", ErrPoolNotFound, n)
 		default:
-			if pools[n], err = decode[ipam.Pool](e); err != nil {
+			pool, err := decode[ipam.Pool](e)
+			if err != nil {
 				return ipam.Handle{}, err
 			}
+			pools[n] = pool
 		}
 	}
 	p := newPlan(a.store)
-	nb := &nodeBlocks{a: a, p: p, node: node, pools: pools, byPool: map[string][]netip.Prefix{}}
+	nb := &nodeBlocks{a: a, p: p, node: node, pools: pools, byPool: map[string][]netip.Prefix{}, fresh: map[string]bool{}}
 	stale := !hinted
 	for _, e := range es[1+len(names):] {
+		nb.fresh[e.Key] = !optimistic
 		ok, err := nb.add(e)
 		if err != nil {
 			return ipam.Handle{}, err
@@ -148,14 +183,35 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 	}
 	conds = append(conds, kv.Cond{Key: HandleKey(h.ID), Version: 0})
 	ops = append(ops, kv.Op{Key: HandleKey(h.ID), Value: encode(h)})
-	if err := p.commit(ctx, conds, ops); err != nil {
+	rev, err := p.commit(ctx, conds, ops)
+	if err != nil {
 		if errors.Is(err, kv.ErrConflict) {
-			a.affinity.Forget(node)
+			a.hints.Forget(node)
 		}
 		return ipam.Handle{}, err
 	}
-	a.affinity.Store(node, p.affineKeys(node))
+	a.hints.Store(node, newHint(es[1:1+len(names)], ops, rev, p, node))
 	return h, nil
+}
+
+// newHint records what a committed allocation knows: the pools as read or
+// written and the node's blocks as written or read.
+func newHint(pools []kv.KeyValue, ops []kv.Op, rev int64, p *plan, node string) Hint {
+	var h Hint
+	for _, e := range pools {
+		for _, op := range ops {
+			if op.Key == e.Key {
+				e = kv.KeyValue{Key: e.Key, Value: op.Value, Version: rev}
+			}
+		}
+		h.Entries = append(h.Entries, e)
+	}
+	for _, key := range p.order {
+		if pb := p.blocks[key]; pb.exists && pb.block.Node == node {
+			h.Entries = append(h.Entries, kv.KeyValue{Key: key, Value: pb.raw, Version: pb.version})
+		}
+	}
+	return h
 }
 
 func findPool(pools []ipam.Pool, name string) (ipam.Pool, bool) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -17,9 +18,13 @@ import (
 
 // Allocator allocates and releases addresses in a datastore.
 type Allocator struct {
-	store    kv.Store
-	log      *slog.Logger
-	affinity AffinityCache
+	store kv.Store
+	log   *slog.Logger
+	hints HintCache
+	// nodeLocks serializes this process's allocations per node, as the
+	// node lock does across plugin processes, so that they build on each
+	// other's hints instead of conflicting.
+	nodeLocks sync.Map // node -> *sync.Mutex
 	// MaxAttempts bounds the transaction attempts of one operation.
 	MaxAttempts int
 	// BaseBackoff and MaxBackoff bound the jittered wait between attempts.
@@ -36,7 +41,7 @@ func New(store kv.Store, log *slog.Logger) *Allocator {
 	return &Allocator{
 		store:       store,
 		log:         log,
-		affinity:    &MemoryAffinityCache{},
+		hints:       &MemoryHints{},
 		MaxAttempts: 100,
 		BaseBackoff: time.Millisecond,
 		MaxBackoff:  50 * time.Millisecond,
@@ -44,9 +49,17 @@ func New(store kv.Store, log *slog.Logger) *Allocator {
 	}
 }
 
-// SetAffinityCache replaces the in-memory affinity hints, e.g. with a
-// FileAffinityCache for short-lived plugin processes.
-func (a *Allocator) SetAffinityCache(c AffinityCache) { a.affinity = c }
+// SetHints replaces the in-memory hints, e.g. with FileHints for
+// short-lived plugin processes.
+func (a *Allocator) SetHints(c HintCache) { a.hints = c }
+
+// lockNode serializes allocations of one node within this process.
+func (a *Allocator) lockNode(node string) func() {
+	m, _ := a.nodeLocks.LoadOrStore(node, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
 
 // Store returns the datastore the allocator works on.
 func (a *Allocator) Store() kv.Store { return a.store }

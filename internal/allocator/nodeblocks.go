@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -20,6 +19,9 @@ type nodeBlocks struct {
 	pools  map[string]ipam.Pool
 	byPool map[string][]netip.Prefix
 	listed bool
+	// fresh marks blocks read from the store by this attempt; the others
+	// came from a hint and may be stale.
+	fresh map[string]bool
 }
 
 // add takes a block entry read on a hint. It reports false when the hint
@@ -43,8 +45,10 @@ func (nb *nodeBlocks) add(e kv.KeyValue) (bool, error) {
 }
 
 // list reads the affinity index of the node and every listed block of the
-// wanted pools not read yet: what an allocation reads stays bounded by the
-// node's own blocks, whatever the cluster's size.
+// wanted pools that this attempt has not read from the store (hinted
+// blocks included: a hint may say full where a release made room, and no
+// claim, borrow or exhaustion may rest on that). What an allocation reads
+// stays bounded by the node's own blocks, whatever the cluster's size.
 func (nb *nodeBlocks) list(ctx context.Context) error {
 	nb.listed = true
 	es, err := nb.a.store.List(ctx, affinityPrefix+nb.node+"/")
@@ -57,7 +61,8 @@ func (nb *nodeBlocks) list(ctx context.Context) error {
 		if _, want := nb.pools[pool]; !ok || !want {
 			continue
 		}
-		if key := BlockKey(pool, cidr); nb.p.blocks[key] == nil {
+		key := BlockKey(pool, cidr)
+		if pb := nb.p.blocks[key]; !nb.fresh[key] && (pb == nil || !pb.dirty) {
 			keys = append(keys, key)
 		}
 	}
@@ -69,6 +74,8 @@ func (nb *nodeBlocks) list(ctx context.Context) error {
 		return err
 	}
 	for _, b := range bs {
+		nb.p.forget(b.Key)
+		nb.fresh[b.Key] = true
 		if _, err := nb.add(b); err != nil {
 			return err
 		}
@@ -88,17 +95,4 @@ func (nb *nodeBlocks) assign(pool ipam.Pool, handle string) (ipam.HandleIP, bool
 
 func sortPrefixes(ps []netip.Prefix) {
 	slices.SortFunc(ps, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
-}
-
-// affineKeys lists the keys of the plan's blocks affine to node, as they
-// will be once the plan commits.
-func (p *plan) affineKeys(node string) []string {
-	var keys []string
-	for _, key := range p.order {
-		pb := p.blocks[key]
-		if (pb.exists || pb.dirty) && pb.block.Node == node && strings.HasPrefix(key, blockPrefix) {
-			keys = append(keys, key)
-		}
-	}
-	return keys
 }

@@ -39,9 +39,13 @@ func (a *Allocator) Release(ctx context.Context, handleID string) ([]netip.Addr,
 				freed = append(freed, ip.Addr)
 			}
 		}
-		return p.commit(ctx,
+		if _, err := p.commit(ctx,
 			[]kv.Cond{{Key: es[0].Key, Version: es[0].Version}},
-			[]kv.Op{{Key: es[0].Key, Delete: true}})
+			[]kv.Op{{Key: es[0].Key, Delete: true}}); err != nil {
+			return err
+		}
+		a.refreshHint(p)
+		return nil
 	})
 	return freed, err
 }
@@ -124,7 +128,11 @@ func (a *Allocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool,
 				ops = append(ops, kv.Op{Key: es[0].Key, Value: encode(rest)})
 			}
 		}
-		return p.commit(ctx, conds, ops)
+		if _, err := p.commit(ctx, conds, ops); err != nil {
+			return err
+		}
+		a.refreshHint(p)
+		return nil
 	})
 	return owner, err
 }

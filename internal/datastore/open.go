@@ -62,7 +62,7 @@ func OpenShared(ctx context.Context, ds config.Datastore) (kv.Store, error) {
 }
 
 // HintDir is where plugin processes of this node keep allocation hints
-// (allocator.FileAffinityCache) for ds, beside its node lock; "" for the
+// (allocator.FileHints) for ds, beside its node lock; "" for the
 // local store, whose reads cost no round trip.
 func HintDir(ds config.Datastore) string {
 	if ds.Type != config.DatastoreEtcd {

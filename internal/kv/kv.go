@@ -59,3 +59,21 @@ type Store interface {
 	// Close releases the store (and any lock it holds).
 	Close() error
 }
+
+// RevisionTxner is implemented by stores that can tell the version Txn gave
+// the keys it wrote, so that a caller may keep what it wrote and later
+// compare-and-swap against it without reading it back.
+type RevisionTxner interface {
+	// TxnRevision is Txn that also returns the Version every put key now
+	// has, or 0 when the store cannot tell (the write still happened).
+	TxnRevision(ctx context.Context, conds []Cond, ops []Op) (int64, error)
+}
+
+// TxnRevision runs a transaction on s and returns the written keys' new
+// version when s can tell, else 0.
+func TxnRevision(ctx context.Context, s Store, conds []Cond, ops []Op) (int64, error) {
+	if r, ok := s.(RevisionTxner); ok {
+		return r.TxnRevision(ctx, conds, ops)
+	}
+	return 0, s.Txn(ctx, conds, ops)
+}

@@ -82,7 +82,7 @@ func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
 	}
 	alloc := allocator.New(store, p.Log)
 	if dir := datastore.HintDir(conf.Datastore); dir != "" {
-		alloc.SetAffinityCache(allocator.FileAffinityCache{Dir: dir})
+		alloc.SetHints(allocator.FileHints{Dir: dir})
 	}
 	return &session{
 		conf:  conf,

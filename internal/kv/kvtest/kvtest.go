@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ListSortedBytewise", testListSorted},
 		{"ListManyKeys", testListManyKeys},
 		{"TxnManyOps", testTxnManyOps},
+		{"TxnRevision", testTxnRevision},
 		{"ConcurrentIncrements", testConcurrentIncrements},
 		{"ConcurrentCreateOneWinner", testConcurrentCreate},
 		{"CancelledContext", testCancelledContext},

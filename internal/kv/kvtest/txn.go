@@ -2,6 +2,7 @@ package kvtest
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -174,4 +175,27 @@ func testDeleteMissing(t *testing.T, s kv.Store) {
 	wantMissing(t, get(t, s, "never-written"), "never-written")
 	// A delete guarded by "must not exist" is fine too.
 	txn(t, s, []kv.Cond{{Key: "never-written", Version: 0}}, []kv.Op{{Key: "never-written", Delete: true}})
+}
+
+// A store that reports transaction revisions must report the version the
+// written keys really got, so callers can CAS against it without reading.
+func testTxnRevision(t *testing.T, s kv.Store) {
+	r, ok := s.(kv.RevisionTxner)
+	if !ok {
+		t.Skip("store does not implement kv.RevisionTxner")
+	}
+	for i := range 3 {
+		rev, err := r.TxnRevision(t.Context(), nil, []kv.Op{{Key: "a", Value: []byte{byte(i)}}, {Key: "b", Value: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range []kv.KeyValue{get(t, s, "a"), get(t, s, "b")} {
+			if rev == 0 || e.Version != rev {
+				t.Fatalf("TxnRevision returned %d, %s has version %d", rev, e.Key, e.Version)
+			}
+		}
+		if _, err := r.TxnRevision(t.Context(), []kv.Cond{{Key: "a", Version: rev - 1}}, []kv.Op{{Key: "a"}}); !errors.Is(err, kv.ErrConflict) {
+			t.Fatalf("TxnRevision with a stale cond: %v, want ErrConflict", err)
+		}
+	}
 }

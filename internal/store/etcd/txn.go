@@ -11,8 +11,16 @@ import (
 
 // Txn applies ops if every cond holds, as one etcd transaction.
 func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	_, err := s.TxnRevision(ctx, conds, ops)
+	return err
+}
+
+// TxnRevision is Txn that returns the revision of the transaction, which
+// etcd gives every key it wrote as its mod_revision; 0 when the answer was
+// lost and the outcome had to be read back.
+func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
 	if len(conds) > maxOpsPerTxn || len(ops) > maxOpsPerTxn {
-		return fmt.Errorf("%w: %d conditions and %d operations (etcd accepts %d)", ErrTooLarge, len(conds), len(ops), maxOpsPerTxn)
+		return 0, fmt.Errorf("%w: %d conditions and %d operations (etcd accepts %d)", ErrTooLarge, len(conds), len(ops), maxOpsPerTxn)
 	}
 	req := txnRequest{}
 	for _, c := range conds {
@@ -29,15 +37,19 @@ func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
 	err := s.c.call(ctx, "/v3/kv/txn", req, &resp)
 	var se *sendError
 	if errors.As(err, &se) && se.sent && len(ops) > 0 {
-		return s.resolve(ctx, req, ops, se.err)
+		return 0, s.resolve(ctx, req, ops, se.err)
 	}
 	if err != nil {
-		return readErr(err)
+		return 0, readErr(err)
 	}
 	if !resp.Succeeded {
-		return kv.ErrConflict
+		return 0, kv.ErrConflict
 	}
-	return nil
+	rev, err := atoi(resp.Header.Revision)
+	if err != nil {
+		return 0, nil // applied; the revision is only a hint
+	}
+	return rev, nil
 }
 
 // resolve finds out whether a transaction whose answer was lost applied.

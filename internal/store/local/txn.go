@@ -75,25 +75,33 @@ func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 // revision as their version. A Txn without ops only checks conds and
 // writes nothing.
 func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	_, err := s.TxnRevision(ctx, conds, ops)
+	return err
+}
+
+// TxnRevision is Txn that returns the revision the written keys got (0
+// when there were no ops).
+func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
 	if err := s.ctxErr(ctx, "txn"); err != nil {
-		return err
+		return 0, err
 	}
 	for _, c := range conds {
 		if err := validKey(c.Key); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	for _, op := range ops {
 		if err := validKey(op.Key); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if len(ops) == 0 {
 		err := s.db.View(func(tx *bbolt.Tx) error {
 			return checkConds(tx.Bucket(bucketKV), conds)
 		})
-		return s.wrap("txn", err)
+		return 0, s.wrap("txn", err)
 	}
+	var rev int64
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		// Waiting for bbolt's writer lock may have outlasted ctx.
 		if err := ctx.Err(); err != nil {
@@ -104,11 +112,11 @@ func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
 			return err
 		}
 		meta := tx.Bucket(bucketMeta)
-		rev, err := revision(meta)
+		cur, err := revision(meta)
 		if err != nil {
 			return err
 		}
-		rev++
+		rev = cur + 1
 		var hdr [headerLen]byte
 		binary.BigEndian.PutUint64(hdr[:], uint64(rev))
 		for _, op := range ops {
@@ -129,7 +137,10 @@ func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
 		}
 		return meta.Put(keyRev, bytes.Clone(hdr[:]))
 	})
-	return s.wrap("txn", err)
+	if err != nil {
+		return 0, s.wrap("txn", err)
+	}
+	return rev, nil
 }
 
 // checkConds returns an error wrapping kv.ErrConflict for the first cond

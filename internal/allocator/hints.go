@@ -1,0 +1,143 @@
+package allocator
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// Hint is what an allocator remembers of one node between allocations:
+// the node's blocks and the pools it allocated from, each as last read or
+// written, with its version (0 when unknown).
+//
+// A hint is never trusted, only used to skip reads: an allocation whose
+// hint holds every version it needs computes its change from the hint and
+// commits it guarded by those versions and by the handle's absence, so a
+// stale hint makes the commit fail, and the allocation then reads the
+// store as if there had been no hint. A hint whose blocks are full makes
+// the allocation list the node's affinity index before it claims a block.
+type Hint struct {
+	Entries []kv.KeyValue `json:"entries"`
+}
+
+// get returns the hinted entry for key.
+func (h Hint) get(key string) (kv.KeyValue, bool) {
+	i := slices.IndexFunc(h.Entries, func(e kv.KeyValue) bool { return e.Key == key })
+	if i < 0 {
+		return kv.KeyValue{}, false
+	}
+	return h.Entries[i], true
+}
+
+// complete reports whether the hint holds a known version of every key
+// and of every block it lists.
+func (h Hint) complete(keys []string) bool {
+	for _, k := range keys {
+		if e, ok := h.get(k); !ok || e.Version == 0 {
+			return false
+		}
+	}
+	return !slices.ContainsFunc(h.Entries, func(e kv.KeyValue) bool { return e.Version == 0 })
+}
+
+// blocks returns the hinted block entries.
+func (h Hint) blocks() []kv.KeyValue {
+	var out []kv.KeyValue
+	for _, e := range h.Entries {
+		if strings.HasPrefix(e.Key, blockPrefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// HintCache keeps Hints per node.
+type HintCache interface {
+	// Load returns the hint remembered for node.
+	Load(node string) (Hint, bool)
+	// Store remembers node's hint, replacing the previous one.
+	Store(node string, h Hint)
+	// Forget drops node's hint.
+	Forget(node string)
+}
+
+// MemoryHints is a HintCache for one process.
+type MemoryHints struct {
+	mu    sync.Mutex
+	nodes map[string]Hint
+}
+
+// Load implements HintCache.
+func (c *MemoryHints) Load(node string) (Hint, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.nodes[node]
+	return Hint{Entries: slices.Clone(h.Entries)}, ok
+}
+
+// Store implements HintCache.
+func (c *MemoryHints) Store(node string, h Hint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[string]Hint{}
+	}
+	c.nodes[node] = Hint{Entries: slices.Clone(h.Entries)}
+}
+
+// Forget implements HintCache.
+func (c *MemoryHints) Forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, node)
+}
+
+// FileHints keeps one small file per node under Dir, for plugin processes
+// that live for one call and take turns under a node lock. Writes are
+// atomic renames without fsync: a lost or torn hint is only a hint.
+type FileHints struct {
+	// Dir holds the files; it is created (0700) when missing.
+	Dir string
+}
+
+func (c FileHints) path(node string) string {
+	return filepath.Join(c.Dir, "hint-"+strings.ReplaceAll(node, string(filepath.Separator), "_")+".json")
+}
+
+// Load implements HintCache.
+func (c FileHints) Load(node string) (Hint, bool) {
+	b, err := os.ReadFile(c.path(node))
+	if err != nil {
+		return Hint{}, false
+	}
+	var h Hint
+	if json.Unmarshal(b, &h) != nil {
+		return Hint{}, false
+	}
+	return h, true
+}
+
+// Store implements HintCache.
+func (c FileHints) Store(node string, h Hint) {
+	b, err := json.Marshal(h)
+	if err != nil || os.MkdirAll(c.Dir, 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(c.Dir, ".hint-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path(node)) != nil {
+		_ = os.Remove(tmp.Name())
+	}
+}
+
+// Forget implements HintCache.
+func (c FileHints) Forget(node string) { _ = os.Remove(c.path(node)) }
