@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -60,7 +61,14 @@ func dash(s string) string {
 	return s
 }
 
-func num[T int | uint64](n T) string { return strconv.FormatUint(uint64(n), 10) }
+// num renders a count for a person: exact up to 2^40, then as a power of
+// two ("~2^64" for an IPv6 /64), where the last digits mean nothing.
+func num[T int | uint64](n T) string {
+	if u := uint64(n); u >= 1<<40 {
+		return "~2^" + strconv.Itoa(bits.Len64(u-1))
+	}
+	return strconv.FormatUint(uint64(n), 10)
+}
 
 // since renders a handle's creation time, "-" when unknown.
 func since(t time.Time) string {
