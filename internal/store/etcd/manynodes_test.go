@@ -11,6 +11,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 )
 
 // Many nodes allocate at once from shared pools in etcd: 50 nodes with 8
@@ -19,7 +20,9 @@ import (
 // twice, nothing may be left over, and the store must stay consistent.
 func TestManyNodes(t *testing.T) {
 	const nodes, perNode, total = 50, 8, 10000
-	s := open(t)
+	// 400 workers against an etcd embedded in this (possibly -race) test
+	// binary on two cores: give requests room beyond the default timeout.
+	s := open(t, func(c *etcd.Config) { c.RequestTimeout = time.Minute })
 	defer s.Close()
 	a := allocator.New(s, nil)
 	ctx := t.Context()
@@ -104,8 +107,9 @@ func TestManyNodes(t *testing.T) {
 		work <- id
 	}
 	close(work)
-	errs = make(chan error, nodes*perNode)
-	for range nodes * perNode {
+	const releasers = 64
+	errs = make(chan error, releasers)
+	for range releasers {
 		wg.Go(func() {
 			for id := range work {
 				freed, err := a.Release(ctx, id)
