@@ -141,7 +141,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly
 			pools[n] = pool
 		}
 	}
-	p := newPlan(a.store)
+	p := a.newPlan()
 	nb := &nodeBlocks{a: a, p: p, node: node, pools: pools, byPool: map[string][]netip.Prefix{}, fresh: map[string]bool{}}
 	stale := !hinted
 	for _, e := range es[1+len(names):] {

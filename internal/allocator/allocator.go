@@ -25,6 +25,8 @@ type Allocator struct {
 	// node lock does across plugin processes, so that they build on each
 	// other's hints instead of conflicting.
 	nodeLocks sync.Map // node -> *sync.Mutex
+	// decoded caches blocks by version so they are decoded once.
+	decoded blockCache
 	// MaxAttempts bounds the transaction attempts of one operation.
 	MaxAttempts int
 	// BaseBackoff and MaxBackoff bound the jittered wait between attempts.

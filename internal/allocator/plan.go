@@ -13,6 +13,7 @@ import (
 // the commit is guarded by the versions of everything it depends on.
 type plan struct {
 	store  kv.Store
+	cache  *blockCache
 	blocks map[string]*planBlock
 	order  []string // block keys in first-touch order, for stable ops
 	conds  []kv.Cond
@@ -28,8 +29,8 @@ type planBlock struct {
 	written bool // by the plan's commit
 }
 
-func newPlan(s kv.Store) *plan {
-	return &plan{store: s, blocks: map[string]*planBlock{}}
+func (a *Allocator) newPlan() *plan {
+	return &plan{store: a.store, cache: &a.decoded, blocks: map[string]*planBlock{}}
 }
 
 // remember records a block read from the store.
@@ -39,9 +40,13 @@ func (p *plan) remember(e kv.KeyValue) error {
 	}
 	pb := &planBlock{version: e.Version, exists: e.Version != 0, raw: e.Value}
 	if pb.exists {
-		b, err := decode[ipam.Block](e)
-		if err != nil {
-			return err
+		b, ok := p.cache.get(e.Key, e.Version)
+		if !ok {
+			var err error
+			if b, err = decode[ipam.Block](e); err != nil {
+				return err
+			}
+			p.cache.put(e.Key, e.Version, b)
 		}
 		pb.block = b
 	}
@@ -107,6 +112,7 @@ func (p *plan) commit(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64,
 	}
 	for _, pb := range written {
 		pb.version, pb.exists, pb.dirty, pb.written = rev, true, false, true
+		p.cache.put(BlockKey(pb.block.Pool, pb.block.CIDR), rev, pb.block)
 	}
 	return rev, nil
 }

@@ -29,7 +29,7 @@ func (a *Allocator) Release(ctx context.Context, handleID string) ([]netip.Addr,
 		if err != nil {
 			return err
 		}
-		p := newPlan(a.store)
+		p := a.newPlan()
 		for _, ip := range h.IPs {
 			ok, err := a.releaseInBlock(ctx, p, ip, handleID)
 			if err != nil {
@@ -92,7 +92,7 @@ func (a *Allocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool,
 			return err
 		}
 		cidr, _ := addr.Prefix(pool.BlockSize)
-		p := newPlan(a.store)
+		p := a.newPlan()
 		pb, err := p.block(ctx, pool.Name, cidr)
 		if err != nil {
 			return err

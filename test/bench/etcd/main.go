@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -52,11 +53,22 @@ var (
 	flagNodes     = flag.Int("scale-nodes", 5000, "nodes in the scale measurement")
 	flagPods      = flag.Int("scale-pods", 110, "pods per node in the scale measurement")
 	flagSkipProc  = flag.Bool("skip-proc", false, "skip the process measurements")
+	flagCPUProf   = flag.String("cpuprofile", "", "write a CPU profile of the whole run (embedded etcd included) to this file")
 )
 
 func main() {
 	flag.Parse()
 	log.SetFlags(0)
+	if *flagCPUProf != "" {
+		f, err := os.Create(*flagCPUProf)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx := context.Background()
 	ep := *flagEndpoint
 	if ep == "" {
