@@ -49,7 +49,7 @@ func (h Hint) complete(keys []string) bool {
 func (h Hint) blocks() []kv.KeyValue {
 	var out []kv.KeyValue
 	for _, e := range h.Entries {
-		if strings.HasPrefix(e.Key, blockPrefix) {
+		if strings.HasPrefix(e.Key, BlockPrefix) {
 			out = append(out, e)
 		}
 	}

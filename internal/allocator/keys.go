@@ -9,29 +9,30 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
-// The datastore layout. Every key is relative to the backend's prefix.
+// The datastore layout: the prefixes of pool, block, affinity and handle
+// keys. Every key is relative to the backend's prefix.
 const (
-	poolPrefix     = "pools/"
-	blockPrefix    = "blocks/"
-	affinityPrefix = "affinity/"
-	handlePrefix   = "handles/"
+	PoolPrefix     = "pools/"
+	BlockPrefix    = "blocks/"
+	AffinityPrefix = "affinity/"
+	HandlePrefix   = "handles/"
 )
 
 // PoolKey is the key of a pool definition.
-func PoolKey(name string) string { return poolPrefix + name }
+func PoolKey(name string) string { return PoolPrefix + name }
 
 // BlockKey is the key of block cidr of pool.
 func BlockKey(pool string, cidr netip.Prefix) string {
-	return blockPrefix + pool + "/" + blockName(cidr)
+	return BlockPrefix + pool + "/" + blockName(cidr)
 }
 
 // AffinityKey is the key recording that node claimed block cidr of pool.
 func AffinityKey(node, pool string, cidr netip.Prefix) string {
-	return affinityPrefix + node + "/" + pool + "/" + blockName(cidr)
+	return AffinityPrefix + node + "/" + pool + "/" + blockName(cidr)
 }
 
 // HandleKey is the key of a handle.
-func HandleKey(id string) string { return handlePrefix + id }
+func HandleKey(id string) string { return HandlePrefix + id }
 
 func blockName(cidr netip.Prefix) string {
 	return strings.Replace(cidr.String(), "/", "-", 1)
@@ -39,7 +40,7 @@ func blockName(cidr netip.Prefix) string {
 
 // parseAffinityKey splits an affinity key into pool and block prefix.
 func parseAffinityKey(node, key string) (pool string, cidr netip.Prefix, ok bool) {
-	rest, found := strings.CutPrefix(key, affinityPrefix+node+"/")
+	rest, found := strings.CutPrefix(key, AffinityPrefix+node+"/")
 	if !found {
 		return "", netip.Prefix{}, false
 	}
@@ -55,7 +56,8 @@ func parseAffinityKey(node, key string) (pool string, cidr netip.Prefix, ok bool
 	return pool, cidr, err == nil
 }
 
-func encode(v any) []byte {
+// Encode is how every datastore value is written: JSON of plain data.
+func Encode(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Only plain data types are encoded here; failure is a programming error.

@@ -51,7 +51,7 @@ func (nb *nodeBlocks) add(e kv.KeyValue) (bool, error) {
 // stays bounded by the node's own blocks, whatever the cluster's size.
 func (nb *nodeBlocks) list(ctx context.Context) error {
 	nb.listed = true
-	es, err := nb.a.store.List(ctx, affinityPrefix+nb.node+"/")
+	es, err := nb.a.store.List(ctx, AffinityPrefix+nb.node+"/")
 	if err != nil {
 		return err
 	}

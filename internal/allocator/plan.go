@@ -98,7 +98,7 @@ func (p *plan) commit(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64,
 		if !pb.dirty {
 			continue
 		}
-		raw := encode(pb.block)
+		raw := Encode(pb.block)
 		conds = append(conds, kv.Cond{Key: key, Version: pb.version})
 		ops = append(ops, kv.Op{Key: key, Value: raw})
 		pb.raw = raw

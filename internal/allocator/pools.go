@@ -50,7 +50,7 @@ func reconcilePool(e kv.KeyValue, def ipam.Pool) (ipam.Pool, *kv.Op, error) {
 				ErrPoolConflict, def.Name, describe(stored), describe(def), def.Name)
 		}
 	}
-	return def, &kv.Op{Key: e.Key, Value: encode(def)}, nil
+	return def, &kv.Op{Key: e.Key, Value: Encode(def)}, nil
 }
 
 func describe(p ipam.Pool) string {
@@ -74,7 +74,7 @@ func (a *Allocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
 		return err
 	}
 	err := a.store.Txn(ctx, []kv.Cond{{Key: PoolKey(pool.Name), Version: 0}},
-		[]kv.Op{{Key: PoolKey(pool.Name), Value: encode(pool)}})
+		[]kv.Op{{Key: PoolKey(pool.Name), Value: Encode(pool)}})
 	if err != nil && isConflict(err) {
 		return fmt.Errorf("%w: pool %q already exists", ErrPoolConflict, pool.Name)
 	}
@@ -106,7 +106,7 @@ func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 				return err
 			}
 			pool.Deleting = true
-			if err := a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: encode(pool)}}); err != nil {
+			if err := a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: Encode(pool)}}); err != nil {
 				return err
 			}
 			if es, err = a.store.Get(ctx, PoolKey(name)); err != nil {
@@ -114,7 +114,7 @@ func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 			}
 			e = es[0]
 		}
-		blocks, err := a.store.List(ctx, blockPrefix+name+"/")
+		blocks, err := a.store.List(ctx, BlockPrefix+name+"/")
 		if err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 		}
 		if inUse > 0 {
 			pool.Deleting = false
-			err := a.store.Txn(ctx, conds[:1], []kv.Op{{Key: e.Key, Value: encode(pool)}})
+			err := a.store.Txn(ctx, conds[:1], []kv.Op{{Key: e.Key, Value: Encode(pool)}})
 			if err != nil {
 				return err
 			}
@@ -175,7 +175,7 @@ func (a *Allocator) Pool(ctx context.Context, name string) (ipam.Pool, error) {
 
 // Pools returns every pool, sorted by name.
 func (a *Allocator) Pools(ctx context.Context) ([]ipam.Pool, error) {
-	return listDecoded[ipam.Pool](ctx, a.store, poolPrefix)
+	return listDecoded[ipam.Pool](ctx, a.store, PoolPrefix)
 }
 
 // poolOf finds the pool whose CIDR holds addr.

@@ -40,12 +40,12 @@ func (a *Allocator) Handle(ctx context.Context, id string) (ipam.Handle, bool, e
 
 // Handles returns every handle, sorted by ID.
 func (a *Allocator) Handles(ctx context.Context) ([]ipam.Handle, error) {
-	return listDecoded[ipam.Handle](ctx, a.store, handlePrefix)
+	return listDecoded[ipam.Handle](ctx, a.store, HandlePrefix)
 }
 
 // Blocks returns the blocks of one pool, or of every pool when pool is "".
 func (a *Allocator) Blocks(ctx context.Context, pool string) ([]ipam.Block, error) {
-	prefix := blockPrefix
+	prefix := BlockPrefix
 	if pool != "" {
 		prefix += pool + "/"
 	}

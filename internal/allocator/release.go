@@ -125,7 +125,7 @@ func (a *Allocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool,
 			if len(rest.IPs) == 0 {
 				ops = append(ops, kv.Op{Key: es[0].Key, Delete: true})
 			} else {
-				ops = append(ops, kv.Op{Key: es[0].Key, Value: encode(rest)})
+				ops = append(ops, kv.Op{Key: es[0].Key, Value: Encode(rest)})
 			}
 		}
 		if _, err := p.commit(ctx, conds, ops); err != nil {

@@ -2,7 +2,6 @@ package consistency
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -177,28 +176,20 @@ func recoveredHandle(id, node string) *ipam.Handle {
 // value returns the encoded working value of a dirty key, or nil to delete.
 func (m *model) value(key string) []byte {
 	switch {
-	case strings.HasPrefix(key, blockPrefix):
-		return mustJSON(m.blocks[key])
-	case strings.HasPrefix(key, handlePrefix):
-		h := m.handles[strings.TrimPrefix(key, handlePrefix)]
+	case strings.HasPrefix(key, allocator.BlockPrefix):
+		return allocator.Encode(m.blocks[key])
+	case strings.HasPrefix(key, allocator.HandlePrefix):
+		h := m.handles[strings.TrimPrefix(key, allocator.HandlePrefix)]
 		if h == nil || len(h.IPs) == 0 {
 			return nil
 		}
-		return mustJSON(h)
-	case strings.HasPrefix(key, affinityPrefix):
+		return allocator.Encode(h)
+	case strings.HasPrefix(key, allocator.AffinityPrefix):
 		if v := m.affs[key]; v != nil {
 			return []byte(*v)
 		}
 	}
 	return nil
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("consistency: encode %T: %v", v, err))
-	}
-	return b
 }
 
 // commit writes the model's changes. Fixes that share a key (read or

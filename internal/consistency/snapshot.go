@@ -12,14 +12,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
-// The key prefixes of allocator's layout (see allocator/keys.go).
-const (
-	poolPrefix     = "pools/"
-	blockPrefix    = "blocks/"
-	affinityPrefix = "affinity/"
-	handlePrefix   = "handles/"
-)
-
 type poolRec struct {
 	key  string
 	pool ipam.Pool
@@ -94,8 +86,8 @@ func (s *snapshot) mismatch(p Problem) {
 
 func (s *snapshot) add(e kv.KeyValue) {
 	switch {
-	case strings.HasPrefix(e.Key, poolPrefix):
-		name := strings.TrimPrefix(e.Key, poolPrefix)
+	case strings.HasPrefix(e.Key, allocator.PoolPrefix):
+		name := strings.TrimPrefix(e.Key, allocator.PoolPrefix)
 		var p ipam.Pool
 		if err := json.Unmarshal(e.Value, &p); err != nil {
 			s.corrupt(e.Key, "pool value cannot be decoded: "+err.Error())
@@ -105,7 +97,7 @@ func (s *snapshot) add(e kv.KeyValue) {
 			s.mismatch(Problem{Key: e.Key, Pool: name, Detail: fmt.Sprintf("pool stored under %q is named %q", name, p.Name)})
 		}
 		s.pools[name] = &poolRec{key: e.Key, pool: p}
-	case strings.HasPrefix(e.Key, blockPrefix):
+	case strings.HasPrefix(e.Key, allocator.BlockPrefix):
 		pool, cidr, ok := parseBlockKey(e.Key)
 		if !ok {
 			s.corrupt(e.Key, "block key does not follow blocks/<pool>/<cidr>")
@@ -128,8 +120,8 @@ func (s *snapshot) add(e kv.KeyValue) {
 			s.mismatch(Problem{Key: e.Key, Pool: pool, Block: cidr.String(),
 				Detail: fmt.Sprintf("block stored under pool %q block %s says pool %q block %s", pool, cidr, r.block.Pool, prefixString(r.block.CIDR))})
 		}
-	case strings.HasPrefix(e.Key, handlePrefix):
-		id := strings.TrimPrefix(e.Key, handlePrefix)
+	case strings.HasPrefix(e.Key, allocator.HandlePrefix):
+		id := strings.TrimPrefix(e.Key, allocator.HandlePrefix)
 		r := &handleRec{key: e.Key, id: id}
 		s.handles[id] = r
 		if err := json.Unmarshal(e.Value, &r.h); err != nil {
@@ -141,7 +133,7 @@ func (s *snapshot) add(e kv.KeyValue) {
 			r.unknown = true
 			s.mismatch(Problem{Key: e.Key, Handle: id, Detail: fmt.Sprintf("handle stored under %q has ID %q", id, r.h.ID)})
 		}
-	case strings.HasPrefix(e.Key, affinityPrefix):
+	case strings.HasPrefix(e.Key, allocator.AffinityPrefix):
 		node, pool, cidr, ok := parseAffinityKey(e.Key)
 		if !ok {
 			s.corrupt(e.Key, "affinity key does not follow affinity/<node>/<pool>/<cidr>")
@@ -153,7 +145,7 @@ func (s *snapshot) add(e kv.KeyValue) {
 
 // parseBlockKey splits blocks/<pool>/<cidr with - for />.
 func parseBlockKey(key string) (string, netip.Prefix, bool) {
-	pool, name, ok := strings.Cut(strings.TrimPrefix(key, blockPrefix), "/")
+	pool, name, ok := strings.Cut(strings.TrimPrefix(key, allocator.BlockPrefix), "/")
 	if !ok {
 		return "", netip.Prefix{}, false
 	}
@@ -163,7 +155,7 @@ func parseBlockKey(key string) (string, netip.Prefix, bool) {
 
 // parseAffinityKey splits affinity/<node>/<pool>/<cidr with - for />.
 func parseAffinityKey(key string) (node, pool string, cidr netip.Prefix, ok bool) {
-	parts := strings.Split(strings.TrimPrefix(key, affinityPrefix), "/")
+	parts := strings.Split(strings.TrimPrefix(key, allocator.AffinityPrefix), "/")
 	if len(parts) != 3 {
 		return "", "", netip.Prefix{}, false
 	}

@@ -239,7 +239,7 @@ func write(ctx context.Context, store kv.Store, plan *Plan, st *state) error {
 			continue
 		}
 		conds := []kv.Cond{{Key: bk}}
-		ops := []kv.Op{{Key: bk, Value: mustJSON(b)}}
+		ops := []kv.Op{{Key: bk, Value: allocator.Encode(b)}}
 		if b.Node != "" {
 			ak := allocator.AffinityKey(b.Node, b.Pool, b.CIDR)
 			conds = append(conds, kv.Cond{Key: ak, Version: st.entries[ak].Version})
@@ -297,18 +297,10 @@ func writeHandles(ctx context.Context, store kv.Store, hs []ipam.Handle) error {
 			}
 		}
 		conds = append(conds, kv.Cond{Key: allocator.HandleKey(h.ID)})
-		ops = append(ops, kv.Op{Key: allocator.HandleKey(h.ID), Value: mustJSON(h)})
+		ops = append(ops, kv.Op{Key: allocator.HandleKey(h.ID), Value: allocator.Encode(h)})
 	}
 	if err := store.Txn(ctx, conds, ops); err != nil {
 		return fmt.Errorf("write handles: %w", err)
 	}
 	return nil
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("importer: encode %T: %v", v, err))
-	}
-	return b
 }
