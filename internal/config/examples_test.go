@@ -218,7 +218,9 @@ func nadConfig(t *testing.T, doc []byte) string {
 // swapped for "ipkeeper".
 func TestPublishedExamples(t *testing.T) {
 	resolv := []byte("nameserver 192.0.2.53\nsearch example.org\n")
-	prod, err := os.ReadFile("/work/shared/testdata/network-attachment-definition.yaml")
+	// The project's copy of the shared production data (kept identical to
+	// shared/testdata by the importer's TestTestdataMatchesShared).
+	prod, err := os.ReadFile("../importer/testdata/network-attachment-definition.yaml")
 	if err != nil {
 		t.Fatalf("production test data: %v", err)
 	}
