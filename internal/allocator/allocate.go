@@ -308,4 +308,3 @@ func tryAssign(p *plan, pool ipam.Pool, key, handle string) (ipam.HandleIP, bool
 	p.update(key, b)
 	return ipam.HandleIP{Addr: addr, Pool: pool.Name, Block: b.CIDR}, true
 }
-
