@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools test vet staticcheck gotest demo bench bench-etcd clean
+.PHONY: all build tools test fmtcheck vet staticcheck gotest demo bench bench-etcd clean
 
 all: build
 
@@ -55,6 +55,7 @@ gotest:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test: tools build
+	$(MAKE) --no-print-directory fmtcheck
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory staticcheck
 	$(MAKE) --no-print-directory gotest
