@@ -45,6 +45,10 @@ $(TOOLS_BIN)/staticcheck:
 	@mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+fmtcheck:
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
 vet:
 	$(GO) vet $(PKGS)
 
