@@ -110,11 +110,7 @@ func (c *cli) poolAddCmd() *cobra.Command {
 			if blockSize == 0 {
 				// As for a configured range: the default, or the whole
 				// pool as one block when it is smaller.
-				p.BlockSize = ipam.DefaultBlockSizeV4
-				if p.CIDR.Addr().Is6() {
-					p.BlockSize = ipam.DefaultBlockSizeV6
-				}
-				p.BlockSize = max(p.BlockSize, p.CIDR.Bits())
+				p.BlockSize = ipam.BlockSizeFor(p.CIDR, 0, 0)
 			}
 			for _, f := range []struct {
 				flag, val string

@@ -18,6 +18,21 @@ const (
 	maxBlockIndexBits = 62
 )
 
+// BlockSizeFor is the block size of a pool at cidr: the explicit size for
+// its family when set (v4 or v6, 0 meaning unset), else the family's
+// default clamped to cidr, so that a small range is one block. An explicit
+// size larger than cidr is returned as is; Validate rejects it.
+func BlockSizeFor(cidr netip.Prefix, v4, v6 int) int {
+	explicit, def := v4, DefaultBlockSizeV4
+	if cidr.Addr().Is6() {
+		explicit, def = v6, DefaultBlockSizeV6
+	}
+	if explicit != 0 {
+		return explicit
+	}
+	return max(def, cidr.Bits())
+}
+
 // Pool is a range of addresses cut into equally sized blocks.
 type Pool struct {
 	// Name identifies the pool; it may not contain '/'.

@@ -6,7 +6,6 @@ package netpools
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -15,10 +14,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
-
-// ErrMixedFamilies means a set of named pools mixes IPv4 and IPv6 in a
-// way that cannot be grouped per family.
-var ErrMixedFamilies = errors.New("named pools")
 
 // Set is one range set: the pools to try, in order, for one address.
 type Set []ipam.Pool
@@ -106,7 +101,7 @@ func FromRange(conf *config.IPAM, r config.Range) ipam.Pool {
 		StrictAffinity: conf.StrictAffinity,
 		Origin:         "config",
 	}
-	p.BlockSize = blockSize(conf, p.CIDR)
+	p.BlockSize = ipam.BlockSizeFor(p.CIDR, conf.BlockSize, conf.BlockSizeV6)
 	if conf.Syntax == "whereabouts" {
 		p.Name = WhereaboutsName(conf.NetworkName, p.CIDR)
 	} else {
@@ -130,18 +125,4 @@ func rangeName(r config.Range) string {
 		n += "-" + r.RangeStart.String() + "-" + r.RangeEnd.String()
 	}
 	return n
-}
-
-// blockSize is the configured block size, or the default clamped to the
-// subnet so that a small range is one block. An explicit block size larger
-// than the subnet is kept, and the pool's validation rejects it.
-func blockSize(conf *config.IPAM, cidr netip.Prefix) int {
-	explicit, def := conf.BlockSize, ipam.DefaultBlockSizeV4
-	if cidr.Addr().Is6() {
-		explicit, def = conf.BlockSizeV6, ipam.DefaultBlockSizeV6
-	}
-	if explicit != 0 {
-		return explicit
-	}
-	return max(def, cidr.Bits())
 }

@@ -161,19 +161,6 @@ func parseRange(s string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
-// blockSize mirrors the network config's rule (netpools): the configured
-// size, else the family's default clamped to the subnet.
-func blockSize(cidr netip.Prefix, opts Options) int {
-	explicit, def := opts.BlockSize, ipam.DefaultBlockSizeV4
-	if cidr.Addr().Is6() {
-		explicit, def = opts.BlockSizeV6, ipam.DefaultBlockSizeV6
-	}
-	if explicit != 0 {
-		return explicit
-	}
-	return max(def, cidr.Bits())
-}
-
 // addPool adds one IPPool: its pool, the blocks holding its allocations
 // and their handles.
 func addPool(b *importer.Builder, p ipPool, nets networks, opts Options) error {
@@ -190,7 +177,7 @@ func addPool(b *importer.Builder, p ipPool, nets networks, opts Options) error {
 	default:
 		b.Warn("IPPool %s does not carry whereabouts' name for range %s; imported as pool %s", p.name, cidr, plain)
 	}
-	pool, err := b.Pool(ipam.Pool{Name: netpools.WhereaboutsName(networkName, cidr), CIDR: cidr, BlockSize: blockSize(cidr, opts)})
+	pool, err := b.Pool(ipam.Pool{Name: netpools.WhereaboutsName(networkName, cidr), CIDR: cidr, BlockSize: ipam.BlockSizeFor(cidr, opts.BlockSize, opts.BlockSizeV6)})
 	if err != nil {
 		return err
 	}
