@@ -22,15 +22,7 @@ func TestLeaderKill(t *testing.T) {
 		t.Skip("builds etcd and runs 2 000 plugin processes")
 	}
 	ctx := t.Context()
-	bin, err := BuildEtcd(moduleRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := StartCluster(ctx, bin, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Kill)
+	cl := startCluster(t)
 	eps := cl.Endpoints()
 	const nodes, total, killAt, restartAt = 20, 2000, 500, 1000
 	prefix := "/leaderkill"
@@ -66,7 +58,7 @@ func TestLeaderKill(t *testing.T) {
 	for done.Load() < killAt {
 		time.Sleep(5 * time.Millisecond)
 	}
-	victim, err = cl.Leader(ctx)
+	victim, err := cl.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

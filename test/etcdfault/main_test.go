@@ -122,3 +122,19 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// startCluster builds etcd (cached) and starts a three-member cluster as
+// separate processes, killed by PID when the test ends.
+func startCluster(t *testing.T) *Cluster {
+	t.Helper()
+	bin, err := BuildEtcd(moduleRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := StartCluster(t.Context(), bin, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Kill)
+	return cl
+}

@@ -17,15 +17,7 @@ func TestQuorumLoss(t *testing.T) {
 		t.Skip("builds etcd and runs a 3-member cluster")
 	}
 	ctx := t.Context()
-	bin, err := BuildEtcd(moduleRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := StartCluster(ctx, bin, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Kill)
+	cl := startCluster(t)
 	eps, lock, prefix := cl.Endpoints(), t.TempDir(), "/quorum"
 	conf := netconf("net1", "node-a", prefix, eps, `,"requestTimeout":"2s","dialTimeout":"500ms"`)
 	if o, err := runPlugin(ctx, t, "ADD", "before", conf, lock); err != nil || o.Code != 0 {
@@ -49,7 +41,10 @@ func TestQuorumLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var o outcome
+	var (
+		o   outcome
+		err error
+	)
 	if !waitFor(30*time.Second, func() bool {
 		o, err = runPlugin(ctx, t, "ADD", "after", conf, lock)
 		return err == nil && o.Code == 0
