@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools test fmtcheck vet staticcheck gotest demo bench bench-etcd clean
+.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd clean
 
 all: build
 
@@ -45,6 +45,42 @@ $(TOOLS_BIN)/staticcheck:
 	@mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# System packages the tests use, installed with apt when missing and we are
+# root (CI, a fresh machine); otherwise the list of what is missing is
+# printed and the tests that need it skip (or fail under CI=true).
+#   ip, ping          network-namespace tests (iproute2, iputils-ping)
+#   gcc, libc6-dev    go test -race needs cgo
+#   strace            the durability test (result printed after fsync)
+#   kubectl           the deploy/ and RBAC tests against a real API server
+#   chromium          the address map's browser tests
+SYSDEPS := ip:iproute2 ping:iputils-ping gcc:gcc /usr/include/stdio.h:libc6-dev \
+	strace:strace kubectl:kubectl chromium:chromium
+
+sysdeps:
+	@missing=""; \
+	for dep in $(SYSDEPS); do \
+		what=$${dep%%:*}; pkg=$${dep##*:}; \
+		if [[ $$what == /* ]]; then [[ -e $$what ]] && continue; \
+		else command -v $$what >/dev/null && continue; fi; \
+		missing+=" $$pkg"; \
+	done; \
+	if [[ -z $$missing ]]; then exit 0; fi; \
+	if [[ $$(id -u) != 0 ]]; then \
+		echo "sysdeps: missing:$$missing (install them as root; tests that need them skip)"; exit 0; \
+	fi; \
+	echo "sysdeps: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq -o DPkg::Lock::Timeout=600; \
+	for pkg in $$missing; do \
+		if [[ $$pkg == kubectl ]] && ! apt-cache show kubectl >/dev/null 2>&1; then pkg=kubernetes-client; fi; \
+		apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends $$pkg; \
+	done
+
+# A real kube-apiserver for the Kubernetes tests, built from the module proxy
+# once per version into ~/.cache/ipkeeper (cold ~14 min, then instant).
+kube-apiserver:
+	@scripts/kube-apiserver.sh >/dev/null
+
 fmtcheck:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -56,9 +92,9 @@ staticcheck: $(TOOLS_BIN)/staticcheck
 	$(TOOLS_BIN)/staticcheck $(PKGS)
 
 gotest:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test: tools build
+test: sysdeps tools kube-apiserver build
 	$(MAKE) --no-print-directory fmtcheck
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory staticcheck
