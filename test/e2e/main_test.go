@@ -8,11 +8,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -76,24 +76,8 @@ func needCtl(t *testing.T) {
 // root, except under CI=true, where a skip would hide the test.
 func needRoot(t *testing.T) {
 	t.Helper()
-	var missing string
-	switch {
-	case os.Geteuid() != 0:
-		missing = "root (network namespaces)"
-	default:
-		for _, tool := range []string{"ip", "ping"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				missing = tool + " (apt-get install iproute2 iputils-ping)"
-			}
-		}
-	}
-	if missing == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs %s; under CI=true that is a failure, not a skip", missing)
-	}
-	t.Skipf("skipping: this test needs %s; run as root, e.g. sudo -E go test ./test/e2e", missing)
+	testenv.NeedRoot(t)
+	testenv.NeedCommands(t, "ip", "ping")
 }
 
 // tool is the path of an upstream binary in toolsDir.
