@@ -25,6 +25,13 @@ const DefaultLockDir = "/run/ipkeeper"
 // LockDirEnv names the environment variable that overrides DefaultLockDir.
 const LockDirEnv = "IPKEEPER_LOCK_DIR"
 
+// ErrBadPath wraps every error about a datastore path, node lock directory
+// or hint directory that cannot be used safely (missing or not a
+// directory, a symbolic link or special file where a file belongs, owned or
+// writable by another user); the message names the path and the fix. It is
+// local.ErrBadPath, so errors of either package match it.
+var ErrBadPath = local.ErrBadPath
+
 // ErrUnsupported means the datastore type is not known.
 var ErrUnsupported = errors.New("unsupported datastore type")
 

@@ -40,6 +40,13 @@ const DefaultLockTimeout = 10 * time.Second
 // containing a NUL byte, or longer than bbolt's key limit.
 var ErrInvalidKey = errors.New("local: invalid key")
 
+// ErrBadPath is returned when the datastore directory or file cannot be
+// used safely: the path is empty, contains NUL, is or lies under something
+// that is not a directory, is a symbolic link or special file where a file
+// belongs, or is owned or writable by another user. Its messages name the
+// path and the fix. Nothing is created or changed when it is returned.
+var ErrBadPath = errors.New("unusable or unsafe datastore path")
+
 // ErrCorrupt is returned when the file holds data this package did not
 // write (a value without a version header, an unknown format).
 var ErrCorrupt = errors.New("local: corrupt datastore")
