@@ -166,7 +166,15 @@ func TestBlockAssignBroadcastAndOtherPool(t *testing.T) {
 				if errors.Is(err, ipam.ErrBlockFull) {
 					break
 				}
+				if err != nil {
+					t.Fatal(err)
+				}
 				b, n = nb, n+1
+				if n > b.Size() {
+					// A block cannot hand out more than it holds: stop
+					// instead of looping until the test times out.
+					t.Fatalf("block %s handed out %d addresses, more than its %d", c.block, n, b.Size())
+				}
 			}
 			if n != c.want {
 				t.Errorf("last block handed out %d addresses, want %d", n, c.want)

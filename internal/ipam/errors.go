@@ -12,6 +12,9 @@ var (
 	ErrNotInBlock = errors.New("address not in block")
 	// ErrNotOwner means the address is not held by the handle named.
 	ErrNotOwner = errors.New("address not held by this handle")
+	// ErrInvalidBlock means a block's content is inconsistent (see
+	// Block.Validate): it must be repaired, not used.
+	ErrInvalidBlock = errors.New("invalid block")
 	// ErrUnavailable means a specifically requested address is taken or
 	// not permitted by its pool.
 	ErrUnavailable = errors.New("address not available")

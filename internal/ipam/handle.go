@@ -2,13 +2,15 @@ package ipam
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 )
 
 // Handle owns the addresses of one attachment (network, container,
 // interface) and records who it belongs to.
 type Handle struct {
-	// ID is "<network>.<container ID>.<ifname>".
+	// ID is HandleID(Network, ContainerID, IfName) for handles the plugin
+	// makes: the escaped parts joined by dots.
 	ID string `json:"id"`
 	// Network, ContainerID and IfName identify the attachment.
 	Network     string `json:"network"`
@@ -35,7 +37,80 @@ type HandleIP struct {
 	Block netip.Prefix `json:"block"`
 }
 
-// HandleID builds the handle ID of an attachment.
+// HandleID builds the handle ID of an attachment:
+// "<network>.<container ID>.<ifname>" with every '%' and '.' inside a part
+// percent-encoded ("%25", "%2E"). Parts contain no '.' after escaping, so
+// the ID splits back into exactly the parts it was made of: two different
+// attachments never share an ID (container "a.b" with interface "eth0" and
+// container "a" with interface "b.eth0" get "n.a%2Eb.eth0" and
+// "n.a.b%2Eeth0"). Parts without '.' and '%' are unchanged, so the IDs of
+// such attachments are what earlier versions stored (LegacyHandleID).
 func HandleID(network, containerID, ifname string) string {
+	return escapePart(network) + "." + escapePart(containerID) + "." + escapePart(ifname)
+}
+
+// LegacyHandleID is the handle ID earlier versions gave an attachment: the
+// parts joined by dots, unescaped. It is ambiguous when a part contains a
+// dot; it differs from HandleID exactly when a part contains '.' or '%'.
+// Only migration of stores written by those versions uses it.
+func LegacyHandleID(network, containerID, ifname string) string {
 	return network + "." + containerID + "." + ifname
+}
+
+// ParseHandleID splits an ID made by HandleID into its parts. It reports
+// false for IDs HandleID does not make (not three dot-separated parts, or
+// an escape other than "%25" and "%2E").
+func ParseHandleID(id string) (network, containerID, ifname string, ok bool) {
+	parts := strings.Split(id, ".")
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	for i, p := range parts {
+		if parts[i], ok = unescapePart(p); !ok {
+			return "", "", "", false
+		}
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+func escapePart(s string) string {
+	if !strings.ContainsAny(s, ".%") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := range len(s) {
+		switch s[i] {
+		case '%':
+			b.WriteString("%25")
+		case '.':
+			b.WriteString("%2E")
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+func unescapePart(s string) (string, bool) {
+	if !strings.Contains(s, "%") {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch {
+		case strings.HasPrefix(s[i:], "%25"):
+			b.WriteByte('%')
+		case strings.HasPrefix(s[i:], "%2E"):
+			b.WriteByte('.')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
 }
