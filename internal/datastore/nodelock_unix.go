@@ -12,17 +12,20 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // nodeLock takes an exclusive flock on dir/name, waiting at most wait (and
 // while ctx lasts); the returned func releases it. A process that dies
-// releases its lock with its file descriptor.
+// releases its lock with its file descriptor. dir must be safe (see
+// local.PrepareDir) and the lock file a regular file that only root or the
+// caller may change (local.OpenPrivateFile): errors wrap ErrBadPath.
 func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func(), error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("node lock directory: %w", err)
+	if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := local.OpenPrivateFile("node lock file", path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, fmt.Errorf("node lock: %w", err)
 	}

@@ -39,9 +39,13 @@ var ErrUnsupported = errors.New("unsupported datastore type")
 //
 // For etcd it first takes this node's exclusive lock for that datastore (a
 // flock on a file under $IPKEEPER_LOCK_DIR, default DefaultLockDir), held
-// until Close: plugin processes on one node take turns instead of fighting
-// over the node's own blocks, so transaction conflicts come only from
-// other nodes. Waiting for the lock is bounded by three request timeouts
+// until Close, and prepares the hint directory beside it. The lock
+// directory, the lock file and the hint directory must be safe for root to
+// use (owned by root or the caller, not writable by others, no symbolic
+// link or special file as the lock file): anything else fails with
+// ErrBadPath naming the path and the fix. Under the lock, plugin
+// processes on one node take turns instead of fighting over the node's own
+// blocks, so transaction conflicts come only from other nodes. Waiting for the lock is bounded by three request timeouts
 // and by ctx; running out wraps kv.ErrUnavailable.
 func Open(ctx context.Context, ds config.Datastore) (kv.Store, error) {
 	switch ds.Type {
@@ -68,9 +72,14 @@ func OpenShared(ctx context.Context, ds config.Datastore) (kv.Store, error) {
 	return Open(ctx, ds)
 }
 
+// lockDirWhat names the lock directory in messages.
+const lockDirWhat = "node lock directory (" + LockDirEnv + ", default " + DefaultLockDir + ")"
+
 // HintDir is where plugin processes of this node keep allocation hints
 // (allocator.FileHints) for ds, beside its node lock; "" for the
-// local store, whose reads cost no round trip.
+// local store, whose reads cost no round trip. Open of an etcd datastore
+// creates it (mode 0700) and checks it like the lock directory, so hints
+// come only from root or the caller.
 func HintDir(ds config.Datastore) string {
 	if ds.Type != config.DatastoreEtcd {
 		return ""
@@ -103,6 +112,10 @@ func openEtcd(ctx context.Context, ds config.Datastore, lock bool) (kv.Store, er
 		}
 		var err error
 		if unlock, err = nodeLock(ctx, dir, lockName(cfg), wait); err != nil {
+			return nil, err
+		}
+		if _, err := local.PrepareDir("hint directory", HintDir(ds)); err != nil {
+			unlock()
 			return nil, err
 		}
 	}

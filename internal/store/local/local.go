@@ -1,7 +1,8 @@
 // Package local is the "local" datastore: a kv.Store in one bbolt file on
 // this machine, for single-node use without any setup.
 //
-// The file is dir/ipkeeper.db (mode 0600, directory 0700). Only one process
+// The file is dir/ipkeeper.db (mode 0600, directory 0700); Open refuses a
+// directory or file another user could change (see PrepareDir). Only one process
 // holds it open at a time: Open takes an exclusive flock on the file and
 // waits for it (up to the lock timeout, or until ctx ends), so CNI plugin
 // invocations that run at the same time are serialized by the kernel. Each
@@ -89,26 +90,32 @@ type Store struct {
 
 var _ kv.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the datastore in dir. It creates dir with
-// mode 0700 when it does not exist (an existing directory keeps its mode)
-// and the file with mode 0600. It blocks while another process holds the
-// file, until the lock timeout passes or ctx ends; both fail with an error
-// that wraps kv.ErrUnavailable and names the file.
+// Open opens (creating if needed) the datastore in dir.
+//
+// The directory and every directory above it must be owned by root or the
+// caller and not writable by other users (PrepareDir); what is missing is
+// created with mode 0700. The file is opened without following a symbolic
+// link and must be a regular file owned by root or the caller
+// (OpenPrivateFile); it is created with mode 0600, and an existing file
+// open to other users is made 0600. A path that fails these checks fails
+// with an error wrapping ErrBadPath that names the path and the fix,
+// before anything is created.
+//
+// Open blocks while another process holds the file, until the lock
+// timeout passes or ctx ends; both fail with an error that wraps
+// kv.ErrUnavailable and names the file.
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	o := options{lockTimeout: DefaultLockTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if dir == "" {
-		return nil, errors.New("local: datastore directory is empty")
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("local: open %s: %w: %w", dir, kv.ErrUnavailable, err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("local: create datastore directory %s: %w", dir, err)
+	if _, err := PrepareDir("datastore directory", dir); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("local: open %s: %w: %w", path, kv.ErrUnavailable, err)
-	}
 
 	lockCtx, cancel := context.WithTimeoutCause(ctx, o.lockTimeout, errLockTimeout)
 	defer cancel()
@@ -124,9 +131,12 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		// once. Timeout is the backstop for other systems.
 		Timeout: boltTimeout,
 		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-			f, err := os.OpenFile(name, flag, perm)
-			if err != nil || locked {
-				return f, err
+			if locked {
+				return os.OpenFile(name, flag, perm)
+			}
+			f, err := OpenPrivateFile("datastore file", name, flag)
+			if err != nil {
+				return nil, err
 			}
 			// Only the first call opens the database file itself.
 			locked = true
@@ -140,6 +150,8 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		switch {
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("local: waiting for the lock on %s: %w: %w", path, kv.ErrUnavailable, ctx.Err())
+		case errors.Is(err, ErrBadPath):
+			return nil, err
 		case errors.Is(err, errLockTimeout) || errors.Is(err, bolterrors.ErrTimeout):
 			return nil, fmt.Errorf("local: %s is locked by another process, gave up after %s: %w",
 				path, o.lockTimeout, kv.ErrUnavailable)

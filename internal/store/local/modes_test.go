@@ -14,7 +14,7 @@ func TestModes(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 
-	dir := filepath.Join(t.TempDir(), "var", "lib", "ipkeeper")
+	dir := filepath.Join(privateDir(t), "var", "lib", "ipkeeper")
 	s := openT(t, dir)
 	for _, c := range []struct {
 		path string
@@ -37,7 +37,7 @@ func TestModes(t *testing.T) {
 	}
 
 	// An existing directory keeps its mode.
-	existing := t.TempDir()
+	existing := privateDir(t)
 	if err := os.Chmod(existing, 0o755); err != nil {
 		t.Fatal(err)
 	}

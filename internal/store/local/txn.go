@@ -148,7 +148,8 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 func checkConds(b *bbolt.Bucket, conds []kv.Cond) error {
 	for _, c := range conds {
 		var have int64
-		if v := b.Get([]byte(c.Key)); v != nil {
+		v := b.Get([]byte(c.Key))
+		if v != nil {
 			if len(v) < headerLen {
 				return fmt.Errorf("%w: value of %q is %d bytes, shorter than its version header", ErrCorrupt, c.Key, len(v))
 			}
@@ -156,6 +157,9 @@ func checkConds(b *bbolt.Bucket, conds []kv.Cond) error {
 		}
 		if have != c.Version {
 			return fmt.Errorf("%w: %q is at version %d, want %d", kv.ErrConflict, c.Key, have, c.Version)
+		}
+		if c.Value != nil && (v == nil || !bytes.Equal(v[headerLen:], c.Value)) {
+			return fmt.Errorf("%w: %q does not hold the value the condition names", kv.ErrConflict, c.Key)
 		}
 	}
 	return nil
