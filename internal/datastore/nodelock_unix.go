@@ -17,13 +17,11 @@ import (
 
 // nodeLock takes an exclusive flock on dir/name, waiting at most wait (and
 // while ctx lasts); the returned func releases it. A process that dies
-// releases its lock with its file descriptor. dir must be safe (see
-// local.PrepareDir) and the lock file a regular file that only root or the
-// caller may change (local.OpenPrivateFile): errors wrap ErrBadPath.
+// releases its lock with its file descriptor. dir must have passed
+// local.PrepareDir; the lock file must be a regular file that only root or
+// the caller may change (local.OpenPrivateFile), else the error wraps
+// ErrBadPath.
 func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func(), error) {
-	if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
-		return nil, err
-	}
 	path := filepath.Join(dir, name)
 	f, err := local.OpenPrivateFile("node lock file", path, os.O_RDWR|os.O_CREATE)
 	if err != nil {

@@ -110,12 +110,16 @@ func openEtcd(ctx context.Context, ds config.Datastore, lock bool) (kv.Store, er
 		if wait <= 0 {
 			wait = 3 * etcd.DefaultRequestTimeout
 		}
-		var err error
-		if unlock, err = nodeLock(ctx, dir, lockName(cfg), wait); err != nil {
+		// Both directories are checked (and made) before the lock file is
+		// opened, so a refusal creates nothing but safe directories.
+		if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
 			return nil, err
 		}
 		if _, err := local.PrepareDir("hint directory", HintDir(ds)); err != nil {
-			unlock()
+			return nil, err
+		}
+		var err error
+		if unlock, err = nodeLock(ctx, dir, lockName(cfg), wait); err != nil {
 			return nil, err
 		}
 	}

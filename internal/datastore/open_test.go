@@ -24,12 +24,8 @@ func TestNodeLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	if _, err := Open(ctx, etcdDS("/a")); !errors.Is(err, kv.ErrUnavailable) {
 		t.Fatalf("second Open while locked: %v, want kv.ErrUnavailable", err)
-	}
-	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
-		t.Fatalf("second Open gave up after %v, want about 300ms", d)
 	}
 	other, err := Open(ctx, etcdDS("/b"))
 	if err != nil {

@@ -1,0 +1,202 @@
+//go:build unix
+
+package datastore
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/config"
+)
+
+// nobody is the unprivileged user that plants files in the root-only cases.
+const nobody = 65534
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test plants files owned by another user and needs root (CI=true)")
+	}
+	t.Skip("needs root to plant files owned by another user")
+}
+
+func must(t *testing.T, errs ...error) {
+	t.Helper()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// tree lists every path under root with its mode and owner.
+func tree(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		out = append(out, p+" "+fi.Mode().String())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Open of an etcd datastore refuses a node lock or hint directory another
+// user could change, and lock files that are links, with ErrBadPath
+// naming the path; nothing is created, and the target of a planted link
+// is left alone. A safe directory gets 0700 lock and hint directories.
+func TestLockDirTrust(t *testing.T) {
+	ds := etcdDS("/trust")
+	lock := lockName(etcdConfig(ds))
+	hints := strings.TrimSuffix(lock, ".lock") + ".hints"
+	for _, c := range []struct {
+		name string
+		root bool
+		// setup prepares base and returns the lock directory and the path
+		// the error must name.
+		setup func(t *testing.T, base string) (dir, names string)
+	}{
+		{"world-writable sticky lock directory", false, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			must(t, os.Mkdir(d, 0o700), os.Chmod(d, 0o777|fs.ModeSticky))
+			return d, d
+		}},
+		{"group-writable lock directory", false, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			must(t, os.Mkdir(d, 0o700), os.Chmod(d, 0o770))
+			return d, d
+		}},
+		{"lock file is a symbolic link", false, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			must(t, os.Mkdir(d, 0o700), os.Symlink(filepath.Join(base, "elsewhere"), filepath.Join(d, lock)))
+			return d, filepath.Join(d, lock)
+		}},
+		{"lock file is a FIFO", false, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			must(t, os.Mkdir(d, 0o700), syscall.Mkfifo(filepath.Join(d, lock), 0o600))
+			return d, filepath.Join(d, lock)
+		}},
+		{"hint directory writable by others", false, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			must(t, os.MkdirAll(filepath.Join(d, hints), 0o700), os.Chmod(filepath.Join(d, hints), 0o777))
+			return d, filepath.Join(d, hints)
+		}},
+		{"lock directory owned by another user", true, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			must(t, os.Mkdir(d, 0o700), os.Chown(d, nobody, nobody))
+			return d, d
+		}},
+		{"lock file owned by another user", true, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			f := filepath.Join(d, lock)
+			must(t, os.Mkdir(d, 0o700), os.WriteFile(f, nil, 0o600), os.Chown(f, nobody, nobody))
+			return d, f
+		}},
+		{"hint directory owned by another user", true, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			h := filepath.Join(d, hints)
+			must(t, os.MkdirAll(h, 0o700), os.Chown(h, nobody, nobody))
+			return d, h
+		}},
+		{"hint directory a link planted by another user", true, func(t *testing.T, base string) (string, string) {
+			d := filepath.Join(base, "run")
+			h := filepath.Join(d, hints)
+			theirs := filepath.Join(base, "theirs")
+			must(t, os.Mkdir(d, 0o700), os.Mkdir(theirs, 0o700), os.Chown(theirs, nobody, nobody),
+				os.Symlink(theirs, h), os.Lchown(h, nobody, nobody))
+			return d, h
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.root {
+				needRoot(t)
+			}
+			base := t.TempDir()
+			dir, names := c.setup(t, base)
+			t.Setenv(LockDirEnv, dir)
+			before := tree(t, base)
+			s, err := Open(t.Context(), ds)
+			if err == nil {
+				s.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), names) {
+				t.Fatalf("Open = %v, want ErrBadPath naming %s", err, names)
+			}
+			// Only a safe (0700) hint directory may have been made.
+			after := slices.DeleteFunc(tree(t, base), func(p string) bool {
+				return p == filepath.Join(dir, hints)+" drwx------" && !slices.Contains(before, p)
+			})
+			if !slices.Equal(before, after) {
+				t.Fatalf("refused Open changed the tree:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+
+	t.Run("safe lock directory", func(t *testing.T) {
+		old := syscall.Umask(0)
+		defer syscall.Umask(old)
+		base := t.TempDir()
+		must(t, os.Chmod(filepath.Dir(base), 0o700), os.Chmod(base, 0o700))
+		dir := filepath.Join(base, "run", "ipkeeper")
+		t.Setenv(LockDirEnv, dir)
+		s, err := Open(t.Context(), ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if HintDir(ds) != filepath.Join(dir, hints) {
+			t.Fatalf("HintDir = %s", HintDir(ds))
+		}
+		for p, want := range map[string]fs.FileMode{dir: fs.ModeDir | 0o700, filepath.Join(dir, hints): fs.ModeDir | 0o700,
+			filepath.Join(dir, lock): 0o600} {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode() != want {
+				t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
+			}
+		}
+	})
+}
+
+// A local datastore path that is a regular file, lies under one or holds a
+// NUL byte fails with ErrBadPath and creates nothing.
+func TestLocalPathErrors(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	must(t, os.WriteFile(file, []byte("x"), 0o600))
+	for _, p := range []string{file, filepath.Join(file, "sub"), filepath.Join(base, "a\x00b")} {
+		before := tree(t, base)
+		s, err := Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: p})
+		if err == nil {
+			s.Close()
+			t.Fatalf("Open(%q) succeeded", p)
+		}
+		if !errors.Is(err, ErrBadPath) {
+			t.Fatalf("Open(%q) = %v, want ErrBadPath", p, err)
+		}
+		if after := tree(t, base); !slices.Equal(before, after) {
+			t.Fatalf("Open(%q) changed the tree: %v -> %v", p, before, after)
+		}
+	}
+}
