@@ -1,9 +1,6 @@
 package allocator
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -96,48 +93,3 @@ func (c *MemoryHints) Forget(node string) {
 	defer c.mu.Unlock()
 	delete(c.nodes, node)
 }
-
-// FileHints keeps one small file per node under Dir, for plugin processes
-// that live for one call and take turns under a node lock. Writes are
-// atomic renames without fsync: a lost or torn hint is only a hint.
-type FileHints struct {
-	// Dir holds the files; it is created (0700) when missing.
-	Dir string
-}
-
-func (c FileHints) path(node string) string {
-	return filepath.Join(c.Dir, "hint-"+strings.ReplaceAll(node, string(filepath.Separator), "_")+".json")
-}
-
-// Load implements HintCache.
-func (c FileHints) Load(node string) (Hint, bool) {
-	b, err := os.ReadFile(c.path(node))
-	if err != nil {
-		return Hint{}, false
-	}
-	var h Hint
-	if json.Unmarshal(b, &h) != nil {
-		return Hint{}, false
-	}
-	return h, true
-}
-
-// Store implements HintCache.
-func (c FileHints) Store(node string, h Hint) {
-	b, err := json.Marshal(h)
-	if err != nil || os.MkdirAll(c.Dir, 0o700) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(c.Dir, ".hint-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(b)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path(node)) != nil {
-		_ = os.Remove(tmp.Name())
-	}
-}
-
-// Forget implements HintCache.
-func (c FileHints) Forget(node string) { _ = os.Remove(c.path(node)) }
