@@ -183,6 +183,9 @@ type rawNetconf struct {
 }
 
 func parse(netconf []byte, env environment) (*IPAM, error) {
+	if err := checkSize(netconf); err != nil {
+		return nil, err
+	}
 	var top rawNetconf
 	if err := unmarshalDocument(netconf, &top); err != nil {
 		return nil, err
@@ -197,6 +200,9 @@ func parse(netconf []byte, env environment) (*IPAM, error) {
 	}
 	if !networkNameRE.MatchString(name) {
 		return nil, invalid("name", "%s is not a valid network name (want a letter or digit, then letters, digits, '_', '.' or '-')", quote(name))
+	}
+	if err := checkNameLength("name", name, MaxNameLength); err != nil {
+		return nil, err
 	}
 	out.Network = name
 	if present(top.CNIVersion) {

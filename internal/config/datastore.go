@@ -15,8 +15,11 @@ import (
 
 // Datastore types and defaults.
 const (
-	DatastoreLocal        = "local"
-	DatastoreEtcd         = "etcd"
+	DatastoreLocal = "local"
+	DatastoreEtcd  = "etcd"
+	// DatastoreKubernetes is the SPEC's CustomResource datastore (and
+	// whereabouts' default); it is refused until it exists.
+	DatastoreKubernetes   = "kubernetes"
 	DefaultLocalPath      = "/var/lib/cni/ipkeeper"
 	DefaultEtcdPrefix     = "/ipkeeper"
 	DefaultDialTimeout    = 5 * time.Second
@@ -128,6 +131,9 @@ func parseDatastore(raw json.RawMessage, key string) (Datastore, error) {
 			}
 		}
 	}
+	if present(rd.Path) && d.Path == "" {
+		return Datastore{}, invalid(keys.path, "is empty: give an absolute directory, or leave the key out for the default %s", DefaultLocalPath)
+	}
 	if err := d.finish(keys); err != nil {
 		return Datastore{}, err
 	}
@@ -193,6 +199,15 @@ func (d *Datastore) finish(k datastoreKeys) error {
 	if d.RequestTimeout == 0 {
 		d.RequestTimeout = DefaultRequestTimeout
 	}
+	for _, f := range []struct{ key, val string }{{k.path, d.Path}, {k.ca, d.CAFile}, {k.cert, d.CertFile},
+		{k.key, d.KeyFile}, {k.prefix, d.Prefix}} {
+		if strings.ContainsRune(f.val, 0) {
+			return invalid(f.key, "%s contains a NUL byte", quote(f.val))
+		}
+		if len(f.val) > MaxPathLength {
+			return invalid(f.key, "is %d bytes long, more than the limit of %d", len(f.val), MaxPathLength)
+		}
+	}
 	switch d.Type {
 	case DatastoreLocal:
 		// A forgotten "type": "etcd" would silently give every node its own
@@ -236,6 +251,8 @@ func (d *Datastore) finish(k datastoreKeys) error {
 		if d.Prefix = strings.TrimRight(d.Prefix, "/"); d.Prefix == "" {
 			return invalid(k.prefix, "must not be \"/\": ipkeeper needs a prefix of its own")
 		}
+	case DatastoreKubernetes:
+		return invalid(k.typ, "%q is not available yet; %s", DatastoreKubernetes, chooseDatastore)
 	default:
 		return invalid(k.typ, "%s is not supported (want %s or %s)", quote(d.Type), DatastoreLocal, DatastoreEtcd)
 	}
@@ -312,16 +329,23 @@ func textDuration(s, key string) (time.Duration, error) {
 	return d, nil
 }
 
+// chooseDatastore tells a user how to name a datastore.
+const chooseDatastore = `choose a datastore: add "datastore": {"type": "local"} to keep the state on this machine ` +
+	`(one node only), or "datastore": {"type": "etcd", "endpoints": ["https://..."]} ` +
+	`(or whereabouts' "datastore": "etcd" with "etcd_host") to share it across a cluster`
+
 // ipamDatastore reads ipam.datastore: an object, or whereabouts' legacy
-// string "kubernetes" (the default datastore) or "etcd" (with etcd_host).
-// etcd_host without a datastore key also selects etcd.
+// string "etcd" (with etcd_host). etcd_host without a datastore key also
+// selects etcd; no datastore at all means the local default. Whereabouts'
+// "kubernetes" is refused (see whereaboutsDefaultDatastore).
 func ipamDatastore(ri *rawIPAM) (Datastore, error) {
 	legacy := ""
 	if kindOf(ri.Datastore) == "a string" {
 		legacy, _ = str(ri.Datastore, "ipam.datastore")
 		switch legacy {
-		case "kubernetes":
-			return parseDatastore(nil, "ipam.datastore")
+		case DatastoreKubernetes:
+			return Datastore{}, invalid("ipam.datastore", "%q (whereabouts' Kubernetes API datastore) is not available in ipkeeper yet; %s",
+				legacy, chooseDatastore)
 		case "etcd":
 		default:
 			return Datastore{}, invalid("ipam.datastore", "%s is not supported (want an object, or whereabouts' \"kubernetes\" or \"etcd\")", quote(legacy))
@@ -372,4 +396,17 @@ func ipamDatastore(ri *rawIPAM) (Datastore, error) {
 		return Datastore{}, err
 	}
 	return d, nil
+}
+
+// whereaboutsDefaultDatastore refuses a config of whereabouts syntax that
+// names no datastore: whereabouts' default is the Kubernetes API, and
+// falling back to a node-local store would make every node of a cluster
+// hand out the same addresses. Host-local and native configs keep the
+// local default, which is what host-local users have.
+func whereaboutsDefaultDatastore(ri *rawIPAM, syntax string) error {
+	if syntax != SyntaxWhereabouts || present(ri.Datastore) || present(ri.EtcdHost) {
+		return nil
+	}
+	return invalid("ipam.datastore", "is missing, and whereabouts' default datastore (the Kubernetes API) "+
+		"is not available in ipkeeper yet; %s", chooseDatastore)
 }

@@ -108,7 +108,12 @@ func list(raw json.RawMessage, key string) ([]json.RawMessage, error) {
 
 // strList decodes a JSON array of strings.
 func strList(raw json.RawMessage, key string) ([]string, error) {
-	l, err := list(raw, key)
+	return boundedStrList(raw, key, MaxConfigBytes)
+}
+
+// boundedStrList decodes a JSON array of at most limit strings.
+func boundedStrList(raw json.RawMessage, key string, limit int) ([]string, error) {
+	l, err := boundedList(raw, key, limit, "entries")
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,23 @@ func asIPKeeper(t *testing.T, example, name string) []byte {
 	return out
 }
 
+// withLocalDatastore adds "datastore": {"type": "local"} to the ipam section
+// of a network config: what a whereabouts user switching to ipkeeper adds,
+// since whereabouts' default datastore (the Kubernetes API) is refused.
+func withLocalDatastore(t *testing.T, netconf []byte) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(netconf, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["ipam"].(map[string]any)["datastore"] = map[string]any{"type": "local"}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // Verbatim from containernetworking/plugins plugins/ipam/host-local/README.md.
 const (
 	hostLocalREADME1 = `{
@@ -261,24 +278,24 @@ func TestPublishedExamples(t *testing.T) {
 			w.CNIVersion = "0.3.1"
 			return w
 		}},
-		{"whereabouts README: range with exclude", asIPKeeper(t, whereaboutsREADMEExclude, ""), func() IPAM {
+		{"whereabouts README: range with exclude", withLocalDatastore(t, asIPKeeper(t, whereaboutsREADMEExclude, "")), func() IPAM {
 			w := wa([]Range{{Subnet: pfx("192.168.2.224/28"), Exclude: pfxs("192.168.2.228/30", "192.168.2.236/32")}})
 			w.Exclude = pfxs("192.168.2.228/30", "192.168.2.236/32")
 			return w
 		}},
-		{"whereabouts README: NetworkAttachmentDefinition", []byte(nadConfig(t, []byte(whereaboutsNADYAML))), func() IPAM {
+		{"whereabouts README: NetworkAttachmentDefinition", withLocalDatastore(t, []byte(nadConfig(t, []byte(whereaboutsNADYAML)))), func() IPAM {
 			return wa([]Range{{Subnet: pfx("192.168.2.224/28")}})
 		}},
-		{"whereabouts README: ipRanges", asIPKeeper(t, whereaboutsREADMEIPRanges, ""), func() IPAM {
+		{"whereabouts README: ipRanges", withLocalDatastore(t, asIPKeeper(t, whereaboutsREADMEIPRanges, "")), func() IPAM {
 			return wa([]Range{{Subnet: pfx("192.168.10.0/24")}}, []Range{{Subnet: pfx("176.168.0.0/16")}})
 		}},
-		{"whereabouts README: ipRanges with range (range first)", asIPKeeper(t, whereaboutsREADMEIPRangesAndRange, ""), func() IPAM {
+		{"whereabouts README: ipRanges with range (range first)", withLocalDatastore(t, asIPKeeper(t, whereaboutsREADMEIPRangesAndRange, "")), func() IPAM {
 			return wa([]Range{{Subnet: pfx("abcd::/64")}}, []Range{{Subnet: pfx("192.168.10.0/24")}}, []Range{{Subnet: pfx("176.168.0.0/16")}})
 		}},
-		{"whereabouts README: dual-stack", asIPKeeper(t, whereaboutsREADMEDualStack, ""), func() IPAM {
+		{"whereabouts README: dual-stack", withLocalDatastore(t, asIPKeeper(t, whereaboutsREADMEDualStack, "")), func() IPAM {
 			return wa([]Range{{Subnet: pfx("192.168.10.0/24")}}, []Range{{Subnet: pfx("abcd::/64")}})
 		}},
-		{"production NetworkAttachmentDefinition", []byte(nadConfig(t, prod)), func() IPAM {
+		{"production NetworkAttachmentDefinition", withLocalDatastore(t, []byte(nadConfig(t, prod))), func() IPAM {
 			w := wa([]Range{{Subnet: pfx("172.18.178.192/27"), RangeStart: addr("172.18.178.196"), RangeEnd: addr("172.18.178.200")}})
 			w.Network, w.CNIVersion = "test", "0.3.1"
 			for _, dst := range []string{"172.18.178.110/32", "10.10.10.235/32", "172.18.178.200/32", "172.18.178.40/32", "172.18.178.88/32", "172.18.178.80/32"} {
@@ -336,5 +353,54 @@ func TestPublishedExamplesRejected(t *testing.T) {
 	}
 	if want := etcdDatastore("http://example-etcd-cluster-client.cluster.local:2379"); !reflect.DeepEqual(got.Datastore, want) {
 		t.Errorf("datastore = %+v, want %+v", got.Datastore, want)
+	}
+}
+
+// TestWhereaboutsDefaultDatastoreRefused: every published whereabouts
+// example with only the type swapped names no datastore, or whereabouts'
+// "kubernetes"; ipkeeper refuses it (a node-local fallback would give every
+// node of a cluster the same addresses) and says how to choose one, while
+// host-local examples keep the local default.
+func TestWhereaboutsDefaultDatastoreRefused(t *testing.T) {
+	prod, err := os.ReadFile("../importer/testdata/network-attachment-definition.yaml")
+	if err != nil {
+		t.Fatalf("production test data: %v", err)
+	}
+	withKubernetes := func(netconf []byte) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(netconf, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["ipam"].(map[string]any)["datastore"] = "kubernetes"
+		b, _ := json.Marshal(m)
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+	}{
+		{"README: range with exclude", asIPKeeper(t, whereaboutsREADMEExclude, "")},
+		{"README: NetworkAttachmentDefinition", []byte(nadConfig(t, []byte(whereaboutsNADYAML)))},
+		{"README: ipRanges (IPv4)", asIPKeeper(t, whereaboutsREADMEIPRanges, "")},
+		{"README: dual-stack", asIPKeeper(t, whereaboutsREADMEDualStack, "")},
+		{"production NetworkAttachmentDefinition", []byte(nadConfig(t, prod))},
+		{"explicit kubernetes, IPv4", withKubernetes(asIPKeeper(t, whereaboutsREADMEExclude, ""))},
+		{"explicit kubernetes, IPv6", withKubernetes(conf(`{"type": "ipkeeper", "range": "fd00::/64"}`))},
+		{"explicit kubernetes with etcd_host", conf(`{"type": "ipkeeper", "range": "10.0.0.0/24", "datastore": "kubernetes", "etcd_host": "e:2379"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(tc.in, testEnv(nil))
+			checkErr(t, err, "ipam.datastore", "Kubernetes API", `"datastore": {"type": "local"}`, `"type": "etcd"`)
+		})
+	}
+	// Host-local syntax, IPv4 and IPv6, without a datastore: the local default.
+	for _, in := range [][]byte{asIPKeeper(t, hostLocalREADME1, "n"), conf(`{"type": "ipkeeper", "subnet": "fd00::/64"}`)} {
+		got, err := parse(in, testEnv(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Datastore, defaultDatastore) {
+			t.Errorf("host-local config without datastore got %+v, want the local default", got.Datastore)
+		}
 	}
 }

@@ -48,6 +48,14 @@ func FuzzParse(f *testing.F) {
 			if b, err := json.Marshal(m); err == nil {
 				f.Add(b)
 			}
+			// Whereabouts examples name no datastore, which is refused:
+			// add the local one a user switching would add.
+			if ipam, ok := m["ipam"].(map[string]any); ok && ipam["datastore"] == nil {
+				ipam["datastore"] = map[string]any{"type": "local"}
+				if b, err := json.Marshal(m); err == nil {
+					f.Add(b)
+				}
+			}
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

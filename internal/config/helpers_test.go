@@ -103,6 +103,12 @@ func checkInvariants(t testing.TB, c *IPAM) {
 	if c.Network == "" || c.NodeName == "" {
 		fail("empty network or node name")
 	}
+	if len(c.Network) > MaxNameLength || len(c.NodeName) > MaxNameLength || len(c.NetworkName) > MaxNameLength {
+		fail("name longer than %d", MaxNameLength)
+	}
+	if len(c.RangeSets) > MaxRangeSets || len(c.Routes) > MaxRoutes || len(c.Pools) > MaxPools {
+		fail("%d range sets, %d routes, %d pools", len(c.RangeSets), len(c.Routes), len(c.Pools))
+	}
 	switch c.Syntax {
 	case SyntaxNative, SyntaxHostLocal, SyntaxWhereabouts:
 	default:
@@ -149,6 +155,12 @@ func checkInvariants(t testing.TB, c *IPAM) {
 				if p != p.Masked() || !p.Overlaps(s) {
 					fail("exclude %v not masked or outside %v", p, s)
 				}
+			}
+			if _, ok := firstUsable(r); !ok {
+				fail("range %+v has no usable address", r)
+			}
+			if r.Gateway == s.Addr() || (s.Addr().Is4() && r.Gateway == lastAddr(s)) {
+				fail("gateway %v is the network or broadcast address of %v", r.Gateway, s)
 			}
 			for _, o := range all {
 				of, ol := o.Bounds()

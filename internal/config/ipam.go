@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
 // rawIPAM holds every ipam key Parse understands; unknown keys are ignored.
@@ -132,7 +133,9 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 	if err := blockSizes(&ri, out, specs); err != nil {
 		return err
 	}
-	out.RangeSets = assemble(specs, out.Exclude)
+	if out.RangeSets, err = assemble(specs, out.Exclude, out.BlockSize, out.BlockSizeV6); err != nil {
+		return err
+	}
 
 	if present(ri.Routes) {
 		if out.Routes, err = routes(ri.Routes, "ipam.routes"); err != nil {
@@ -151,8 +154,12 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 		if out.NetworkName, err = str(ri.NetworkName, "ipam.network_name"); err != nil {
 			return err
 		}
+		if err := checkNameLength("ipam.network_name", out.NetworkName, MaxNameLength); err != nil {
+			return err
+		}
 	}
-	return nil
+	// Last, so that a config's own mistakes are reported first.
+	return whereaboutsDefaultDatastore(&ri, out.Syntax)
 }
 
 // nodeName resolves ipam.nodeName, $NODENAME, $KUBERNETES_NODE_NAME or the hostname.
@@ -180,18 +187,22 @@ func nodeName(raw json.RawMessage, env environment) (string, error) {
 	if strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r <= ' ' || r == 0x7f }) {
 		return "", invalid(key, "%s must not contain '/', spaces or control characters", quote(name))
 	}
+	if err := checkNameLength(key, name, MaxNameLength); err != nil {
+		return "", err
+	}
 	return name, nil
 }
 
 // pools decodes ipam.pools: a non-empty list of distinct, non-empty names.
 func pools(raw json.RawMessage) ([]string, error) {
-	names, err := strList(raw, "ipam.pools")
+	names, err := boundedStrList(raw, "ipam.pools", MaxPools)
 	if err != nil {
 		return nil, err
 	}
 	if len(names) == 0 {
 		return nil, invalid("ipam.pools", "is empty: name at least one pool")
 	}
+	index := make(map[string]int, len(names))
 	for i, n := range names {
 		key := fmt.Sprintf("ipam.pools[%d]", i)
 		if strings.TrimSpace(n) == "" {
@@ -200,16 +211,20 @@ func pools(raw json.RawMessage) ([]string, error) {
 		if strings.ContainsFunc(n, func(r rune) bool { return r == '/' || r <= ' ' || r == 0x7f }) {
 			return nil, invalid(key, "%s must not contain '/', spaces or control characters", quote(n))
 		}
-		if j := slices.Index(names[:i], n); j >= 0 {
+		if err := checkNameLength(key, n, MaxNameLength); err != nil {
+			return nil, err
+		}
+		if j, dup := index[n]; dup {
 			return nil, invalid(key, "%s repeats ipam.pools[%d]", quote(n), j)
 		}
+		index[n] = i
 	}
 	return names, nil
 }
 
 // excludes decodes a list of exclude CIDRs (or single addresses).
 func excludes(raw json.RawMessage, key string) ([]netip.Prefix, error) {
-	l, err := strList(raw, key)
+	l, err := boundedStrList(raw, key, MaxExcludes)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +250,10 @@ func blockSizes(ri *rawIPAM, out *IPAM, specs []*rangeSpec) error {
 		if out.BlockSize < 1 || out.BlockSize > 32 {
 			return invalid("ipam.blockSize", "%d is not an IPv4 prefix length in 1..32", out.BlockSize)
 		}
+		if out.BlockSize < 32-ipam.MaxBlockHostBits {
+			return invalid("ipam.blockSize", "%d is too large a block: a block holds at most %d addresses (/%d or longer)",
+				out.BlockSize, 1<<ipam.MaxBlockHostBits, 32-ipam.MaxBlockHostBits)
+		}
 	}
 	if present(ri.IPv6BlockSize) {
 		if out.BlockSizeV6, err = integer(ri.IPv6BlockSize, "ipam.ipv6BlockSize"); err != nil {
@@ -242,6 +261,10 @@ func blockSizes(ri *rawIPAM, out *IPAM, specs []*rangeSpec) error {
 		}
 		if out.BlockSizeV6 < 1 || out.BlockSizeV6 > 128 {
 			return invalid("ipam.ipv6BlockSize", "%d is not an IPv6 prefix length in 1..128", out.BlockSizeV6)
+		}
+		if out.BlockSizeV6 < 128-ipam.MaxBlockHostBits {
+			return invalid("ipam.ipv6BlockSize", "%d is too large a block: a block holds at most %d addresses (/%d or longer)",
+				out.BlockSizeV6, 1<<ipam.MaxBlockHostBits, 128-ipam.MaxBlockHostBits)
 		}
 	}
 	for _, s := range specs {

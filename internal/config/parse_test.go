@@ -99,14 +99,15 @@ func TestParseAccepted(t *testing.T) {
 		},
 		{
 			name: "whereabouts CIDR range ignores host bits, no gateway, IPv4 and IPv6",
-			in:   conf(`{"type": "ipkeeper", "range": "192.168.2.225/28", "ipRanges": [{"range": "2001:db8::5/116"}]}`),
+			in:   conf(`{"type": "ipkeeper", "datastore": {"type": "local"}, "range": "192.168.2.225/28", "ipRanges": [{"range": "2001:db8::5/116"}]}`),
 			want: func() IPAM {
 				return base(SyntaxWhereabouts, []Range{{Subnet: pfx("192.168.2.224/28")}}, []Range{{Subnet: pfx("2001:db8::/116")}})
 			},
 		},
 		{
 			name: "whereabouts start-end/prefix form, IPv4 and IPv6",
-			in:   conf(`{"type": "ipkeeper", "ipRanges": [{"range": "10.0.0.10-10.0.0.20/24"}, {"range": "2001:db8::10-2001:db8::20/64"}]}`),
+			in: conf(`{"type": "ipkeeper", "datastore": {"type": "local"},
+				"ipRanges": [{"range": "10.0.0.10-10.0.0.20/24"}, {"range": "2001:db8::10-2001:db8::20/64"}]}`),
 			want: func() IPAM {
 				return base(SyntaxWhereabouts,
 					[]Range{{Subnet: pfx("10.0.0.0/24"), RangeStart: addr("10.0.0.10"), RangeEnd: addr("10.0.0.20")}},
@@ -115,7 +116,7 @@ func TestParseAccepted(t *testing.T) {
 		},
 		{
 			name: "whereabouts range_start/range_end, per-range exclude, gateway to its family only",
-			in: conf(`{"type": "ipkeeper", "range": "10.0.0.0/24", "range_start": "10.0.0.5", "range_end": "10.0.0.50",
+			in: conf(`{"type": "ipkeeper", "datastore": {"type": "local"}, "range": "10.0.0.0/24", "range_start": "10.0.0.5", "range_end": "10.0.0.50",
 				"gateway": "10.0.0.1", "exclude": ["10.0.0.8/30", "10.0.0.40"],
 				"ipRanges": [{"range": "fd00::/64", "range_start": "fd00::5", "range_end": "fd00::50", "exclude": ["fd00::8/126", "fd00::40", "10.0.0.9"]}],
 				"network_name": "blue", "log_file": "/tmp/w.log", "log_level": "debug", "enable_overlapping_ranges": true,
@@ -153,9 +154,13 @@ func TestParseAccepted(t *testing.T) {
 			},
 		},
 		{
-			name: "whereabouts kubernetes datastore means the default",
-			in:   conf(`{"type": "ipkeeper", "range": "10.0.0.0/24", "datastore": "kubernetes", "etcd_host": "ignored:2379"}`),
-			want: func() IPAM { return base(SyntaxWhereabouts, []Range{{Subnet: pfx("10.0.0.0/24")}}) },
+			name: "whereabouts with a local datastore object",
+			in:   conf(`{"type": "ipkeeper", "range": "fd00::/64", "datastore": {"type": "local", "path": "/run/ipk"}}`),
+			want: func() IPAM {
+				w := base(SyntaxWhereabouts, []Range{{Subnet: pfx("fd00::/64")}})
+				w.Datastore.Path = "/run/ipk"
+				return w
+			},
 		},
 		{
 			name: "native etcd datastore with timeouts as string and integer seconds",

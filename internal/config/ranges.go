@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -42,7 +43,7 @@ func hostLocalRanges(ri *rawIPAM) ([]*rangeSpec, error) {
 		return nil, invalid(k, "is set but ipam.subnet is missing; put it inside the ipam.ranges entry it belongs to")
 	}
 	if present(ri.Ranges) {
-		sets, err := list(ri.Ranges, "ipam.ranges")
+		sets, err := boundedList(ri.Ranges, "ipam.ranges", MaxRangeSets, "range sets")
 		if err != nil {
 			return nil, err
 		}
@@ -55,6 +56,9 @@ func hostLocalRanges(ri *rawIPAM) ([]*rangeSpec, error) {
 			rs, err := list(rawSet, setKey)
 			if err != nil {
 				return nil, err
+			}
+			if n := len(specs) + len(rs); n > MaxRanges {
+				return nil, tooMany("ipam.ranges", n, MaxRanges, "ranges")
 			}
 			if len(rs) == 0 {
 				return nil, invalid(setKey, "is an empty range set")
@@ -116,24 +120,60 @@ func hostLocalRange(rr rawRange, path, name string, set int) (*rangeSpec, error)
 }
 
 // checkRanges validates each range, the families of each set, and that no
-// two ranges share an address.
+// two ranges share an address. It takes n·log n steps for n ranges.
 func checkRanges(specs []*rangeSpec) error {
+	if len(specs) > MaxRanges {
+		return tooMany("ipam", len(specs), MaxRanges, "ranges")
+	}
+	first := map[int]*rangeSpec{} // the first range of each set
 	for _, s := range specs {
 		if err := checkRange(s); err != nil {
 			return err
 		}
+		t, ok := first[s.set]
+		if !ok {
+			first[s.set] = s
+			continue
+		}
+		if t.r.Subnet.Addr().Is4() != s.r.Subnet.Addr().Is4() {
+			return invalid(s.subnetKey, "%s is %s but %s is %s: a range set holds one IP family",
+				s.r.Subnet, family(s.r.Subnet.Addr()), t.subnetKey, family(t.r.Subnet.Addr()))
+		}
 	}
-	for i, s := range specs {
-		for _, t := range specs[:i] {
-			if t.set == s.set && t.r.Subnet.Addr().Is4() != s.r.Subnet.Addr().Is4() {
-				return invalid(s.subnetKey, "%s is %s but %s is %s: a range set holds one IP family",
-					s.r.Subnet, family(s.r.Subnet.Addr()), t.subnetKey, family(t.r.Subnet.Addr()))
+	if len(first) > MaxRangeSets {
+		return tooMany("ipam", len(first), MaxRangeSets, "range sets")
+	}
+	return checkRangeOverlaps(specs)
+}
+
+// checkRangeOverlaps reports the first two ranges sharing an address, in
+// n·log n steps.
+func checkRangeOverlaps(specs []*rangeSpec) error {
+	// Sorted by family and first address, ranges are disjoint exactly when
+	// each starts after the end of the one before it.
+	order := make([]int, len(specs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int {
+		fi, _ := specs[i].r.Bounds()
+		fj, _ := specs[j].r.Bounds()
+		if c := cmp.Compare(fi.BitLen(), fj.BitLen()); c != 0 {
+			return c
+		}
+		return fi.Compare(fj)
+	})
+	for k := 1; k < len(order); k++ {
+		i, prev := order[k], order[k-1]
+		sf, _ := specs[i].r.Bounds()
+		if _, pl := specs[prev].r.Bounds(); pl.BitLen() == sf.BitLen() && sf.Compare(pl) <= 0 {
+			later, earlier := specs[i], specs[prev]
+			if prev > i {
+				later, earlier = earlier, later
 			}
-			sf, sl := s.r.Bounds()
-			tf, tl := t.r.Bounds()
-			if sf.BitLen() == tf.BitLen() && sf.Compare(tl) <= 0 && tf.Compare(sl) <= 0 {
-				return invalid(s.name, "(%s-%s) overlaps %s (%s-%s)", sf, sl, t.name, tf, tl)
-			}
+			lf, ll := later.r.Bounds()
+			ef, el := earlier.r.Bounds()
+			return invalid(later.name, "(%s-%s) overlaps %s (%s-%s)", lf, ll, earlier.name, ef, el)
 		}
 	}
 	return nil
@@ -164,12 +204,25 @@ func checkRange(s *rangeSpec) error {
 	if s.r.RangeStart.IsValid() && s.r.RangeEnd.IsValid() && s.r.RangeEnd.Less(s.r.RangeStart) {
 		return invalid(s.startKey, "%q is after %s %q", s.r.RangeStart, s.endKey, s.r.RangeEnd)
 	}
+	if gw := s.r.Gateway; gw == sub.Addr() {
+		return invalid(s.gatewayKey, "%q is the network address of subnet %s, which no host can have", gw, sub)
+	} else if gw.Is4() && gw == lastAddr(sub) {
+		return invalid(s.gatewayKey, "%q is the broadcast address of subnet %s, which no host can have", gw, sub)
+	}
 	return nil
 }
 
-// assemble groups the ranges into sets and gives each range the exclude
-// entries (its own and the ipam-level ones) that overlap its subnet.
-func assemble(specs []*rangeSpec, global []netip.Prefix) [][]Range {
+// assemble gives each range the exclude entries (its own and the
+// ipam-level ones) that overlap its subnet, checks that it can become a
+// pool with an address to hand out, and groups the ranges into sets.
+func assemble(specs []*rangeSpec, global []netip.Prefix, blockV4, blockV6 int) ([][]Range, error) {
+	n := len(global)
+	for _, s := range specs {
+		n += len(s.exclude)
+	}
+	if n > MaxExcludes {
+		return nil, tooMany("ipam", n, MaxExcludes, "exclude entries (ipam.exclude and every range's exclude together)")
+	}
 	var sets [][]Range
 	for _, s := range specs {
 		for len(sets) <= s.set {
@@ -177,12 +230,17 @@ func assemble(specs []*rangeSpec, global []netip.Prefix) [][]Range {
 		}
 		r := s.r
 		r.Exclude = nil
+		seen := map[netip.Prefix]bool{}
 		for _, p := range slices.Concat(s.exclude, global) {
-			if p.Overlaps(r.Subnet) && !slices.Contains(r.Exclude, p) {
+			if p.Overlaps(r.Subnet) && !seen[p] {
+				seen[p] = true
 				r.Exclude = append(r.Exclude, p)
 			}
 		}
+		if err := checkUsable(s, r, blockV4, blockV6); err != nil {
+			return nil, err
+		}
 		sets[s.set] = append(sets[s.set], r)
 	}
-	return sets
+	return sets, nil
 }

@@ -22,7 +22,7 @@ type rawRoute struct {
 
 // routes decodes a list of routes found at key.
 func routes(raw json.RawMessage, key string) ([]Route, error) {
-	l, err := list(raw, key)
+	l, err := boundedList(raw, key, MaxRoutes, "routes")
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func dns(ri *rawIPAM, env environment) (DNS, error) {
 	}
 	var err error
 	if present(rd.Nameservers) {
-		if d.Nameservers, err = strList(rd.Nameservers, "ipam.dns.nameservers"); err != nil {
+		if d.Nameservers, err = boundedStrList(rd.Nameservers, "ipam.dns.nameservers", MaxDNSEntries); err != nil {
 			return DNS{}, err
 		}
 		for i, ns := range d.Nameservers {
@@ -147,12 +147,12 @@ func dns(ri *rawIPAM, env environment) (DNS, error) {
 		}
 	}
 	if present(rd.Search) {
-		if d.Search, err = strList(rd.Search, "ipam.dns.search"); err != nil {
+		if d.Search, err = boundedStrList(rd.Search, "ipam.dns.search", MaxDNSEntries); err != nil {
 			return DNS{}, err
 		}
 	}
 	if present(rd.Options) {
-		if d.Options, err = strList(rd.Options, "ipam.dns.options"); err != nil {
+		if d.Options, err = boundedStrList(rd.Options, "ipam.dns.options", MaxDNSEntries); err != nil {
 			return DNS{}, err
 		}
 	}

@@ -33,7 +33,7 @@ func whereaboutsRanges(ri *rawIPAM) ([]*rangeSpec, error) {
 		return nil, invalid(k, "is set but ipam.range is missing")
 	}
 	if present(ri.IPRanges) {
-		l, err := list(ri.IPRanges, "ipam.ipRanges")
+		l, err := boundedList(ri.IPRanges, "ipam.ipRanges", MaxRangeSets, "ranges (each is a range set)")
 		if err != nil {
 			return nil, err
 		}

@@ -178,7 +178,7 @@ func TestWhereaboutsImportThenAllocate(t *testing.T) {
 	}
 	mustClean(t, st)
 	a := allocator.New(st, nil)
-	conf, err := config.Parse([]byte(`{"cniVersion":"0.3.1","name":"test","type":"ipvlan","ipam":{"type":"ipkeeper",
+	conf, err := config.Parse([]byte(`{"cniVersion":"0.3.1","name":"test","type":"ipvlan","ipam":{"type":"ipkeeper","datastore":{"type":"local"},
 		"range":"172.18.178.192/27","range_start":"172.18.178.196","range_end":"172.18.178.200"}}`))
 	if err != nil {
 		t.Fatal(err)

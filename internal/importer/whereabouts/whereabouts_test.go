@@ -96,6 +96,7 @@ func TestPoolMatchesNetworkConfig(t *testing.T) {
 	}
 	conf["name"] = "test"
 	conf["ipam"].(map[string]any)["type"] = "ipkeeper"
+	conf["ipam"].(map[string]any)["datastore"] = map[string]any{"type": "local"} // whereabouts' default (Kubernetes) is refused
 	netconf, _ := json.Marshal(conf)
 	ipamConf, err := config.Parse(netconf)
 	if err != nil {
