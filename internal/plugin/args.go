@@ -1,10 +1,11 @@
 package plugin
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/config"
 )
 
 // attachmentArgs are the optional per-attachment inputs: Kubernetes pod
@@ -15,9 +16,16 @@ type attachmentArgs struct {
 	IPs                    []netip.Addr
 }
 
-// parseArgs reads CNI_ARGS ("K=V;K=V") and the netconf's runtime config.
-func parseArgs(cniArgs string, netconf []byte) (attachmentArgs, error) {
+// parseArgs reads the container ID's length (skel checks its form),
+// CNI_ARGS ("K=V;K=V", errors wrap errArgs, code 4) and the netconf's
+// requested addresses (errors wrap config.ErrInvalid, code 7: a request
+// that cannot be read must not end in some other address).
+func parseArgs(containerID, cniArgs string, netconf []byte) (attachmentArgs, error) {
 	var out attachmentArgs
+	if len(containerID) > config.MaxContainerIDLength {
+		return out, fmt.Errorf("%w: CNI_CONTAINERID is %d bytes long, more than the limit of %d",
+			errArgs, len(containerID), config.MaxContainerIDLength)
+	}
 	for kvs := range strings.SplitSeq(cniArgs, ";") {
 		if kvs == "" {
 			continue
@@ -35,7 +43,7 @@ func parseArgs(cniArgs string, netconf []byte) (attachmentArgs, error) {
 			out.PodUID = v
 		case "IP":
 			for s := range strings.SplitSeq(v, ",") {
-				a, err := parseIP(s)
+				a, err := config.ParseRequestedIP(s)
 				if err != nil {
 					return out, fmt.Errorf("%w: CNI_ARGS IP=%q: %v", errArgs, s, err)
 				}
@@ -43,34 +51,10 @@ func parseArgs(cniArgs string, netconf []byte) (attachmentArgs, error) {
 			}
 		}
 	}
-	var rc struct {
-		RuntimeConfig struct {
-			IPs []string `json:"ips"`
-		} `json:"runtimeConfig"`
-		Args struct {
-			CNI struct {
-				IPs []string `json:"ips"`
-			} `json:"cni"`
-		} `json:"args"`
+	ips, err := config.RequestedIPs(netconf)
+	if err != nil {
+		return out, err
 	}
-	if err := json.Unmarshal(netconf, &rc); err != nil {
-		return out, nil // the config parser reports malformed JSON
-	}
-	for _, s := range append(rc.RuntimeConfig.IPs, rc.Args.CNI.IPs...) {
-		a, err := parseIP(s)
-		if err != nil {
-			return out, fmt.Errorf("%w: runtimeConfig ips %q: %v", errArgs, s, err)
-		}
-		out.IPs = append(out.IPs, a)
-	}
+	out.IPs = append(out.IPs, ips...)
 	return out, nil
-}
-
-// parseIP accepts "10.0.0.5" or "10.0.0.5/24" (the prefix is ignored).
-func parseIP(s string) (netip.Addr, error) {
-	s = strings.TrimSpace(s)
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Addr(), nil
-	}
-	return netip.ParseAddr(s)
 }

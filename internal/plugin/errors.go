@@ -24,8 +24,17 @@ const (
 	CodeNotAvailable uint = 50
 )
 
-// errArgs marks errors in CNI_ARGS or other environment input.
-var errArgs = errors.New("invalid CNI arguments")
+// Sentinels of this package, mapped to codes below.
+var (
+	// errArgs marks errors in CNI_ARGS or other environment input.
+	errArgs = errors.New("invalid CNI arguments")
+	// errOwnNetNS: CNI_NETNS is the plugin's own network namespace.
+	errOwnNetNS = errors.New("invalid network namespace")
+	// errTimeout: the invocation overran its timeout.
+	errTimeout = errors.New("timed out")
+	// errIO: stdin or stdout failed.
+	errIO = errors.New("I/O failure")
+)
 
 // cniError maps an error from any layer to the CNI error the runtime sees.
 // This is the only place that knows CNI codes.
@@ -38,9 +47,16 @@ func cniError(err error) *types.Error {
 		return te
 	case errors.Is(err, errArgs):
 		return types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	case errors.Is(err, errOwnNetNS):
+		// skel's code for this case, which runtimes know.
+		return types.NewError(types.ErrInvalidNetNS, err.Error(), "")
+	case errors.Is(err, errTimeout):
+		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
+	case errors.Is(err, errIO):
+		return types.NewError(types.ErrIOFailure, err.Error(), "")
 	case errors.Is(err, config.ErrInvalid), errors.Is(err, ipam.ErrInvalidPool),
-		errors.Is(err, datastore.ErrUnsupported), errors.Is(err, allocator.ErrPoolConflict),
-		errors.Is(err, allocator.ErrPoolNotFound):
+		errors.Is(err, datastore.ErrUnsupported), errors.Is(err, datastore.ErrBadPath),
+		errors.Is(err, allocator.ErrPoolConflict), errors.Is(err, allocator.ErrPoolNotFound):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	case errors.Is(err, allocator.ErrExhausted):
 		return types.NewError(CodePoolExhausted, err.Error(), "")

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
@@ -27,15 +26,15 @@ import (
 // Versions are the CNI spec versions the plugin speaks.
 var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
-// Timeout bounds one plugin invocation.
-const Timeout = 60 * time.Second
-
 // Plugin holds what the verbs share. The zero value is not usable; use New.
 type Plugin struct {
 	// Log receives diagnostics; never stdout.
 	Log *slog.Logger
 	// Stdout receives results.
 	Stdout io.Writer
+	// deadline ends the verbs' context; zero means Timeout from the start
+	// of the verb.
+	deadline time.Time
 }
 
 // New returns a plugin logging to stderr at the level named by
@@ -51,18 +50,6 @@ func New() *Plugin {
 	}
 }
 
-// Main runs the plugin as a CNI executable.
-func Main(about string) {
-	p := New()
-	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    p.Add,
-		Del:    p.Del,
-		Check:  p.Check,
-		GC:     p.GC,
-		Status: p.Status,
-	}, Versions, about)
-}
-
 // session is one invocation's parsed config and open datastore.
 type session struct {
 	conf  *config.IPAM
@@ -70,10 +57,15 @@ type session struct {
 	close func()
 }
 
-// open parses the config and opens its datastore.
+// open parses the config and opens its datastore. Everything that can be
+// checked without the datastore (the pools the ranges define included) is
+// checked before it is opened, so that bad input never creates one.
 func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
 	conf, err := config.Parse(stdin)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := netpools.Planned(conf); err != nil {
 		return nil, err
 	}
 	store, err := datastore.Open(ctx, conf.Datastore)
@@ -94,7 +86,11 @@ func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
 // withSession runs fn with the parsed config and the open datastore, under
 // the invocation's timeout, and maps any error to a CNI error with toCNI.
 func (p *Plugin) withSession(stdin []byte, toCNI func(error) *types.Error, fn func(context.Context, *session) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	deadline := p.deadline
+	if deadline.IsZero() {
+		deadline = time.Now().Add(Timeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	s, err := p.open(ctx, stdin)
 	if err == nil {
@@ -109,18 +105,16 @@ func (p *Plugin) withSession(stdin []byte, toCNI func(error) *types.Error, fn fu
 
 // Add allocates one address per range set for the attachment.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	att, err := parseArgs(args.Args, args.StdinData)
+	att, err := parseArgs(args.ContainerID, args.Args, args.StdinData)
 	if err != nil {
 		return cniError(err)
 	}
-	// skel checks this only after ADD returned, which would leave the
-	// allocation behind the error it then prints: check first.
+	// skel checks the netns only after ADD returned, which would leave the
+	// allocation behind the error it then prints, and it opens the path
+	// blocking, which hangs on a FIFO: check first, without blocking.
 	if o := strings.ToUpper(args.NetnsOverride); o != "TRUE" && o != "1" {
-		if same, e := ns.CheckNetNS(args.Netns); e != nil {
-			return e
-		} else if same {
-			return types.NewError(types.ErrInvalidNetNS,
-				fmt.Sprintf("CNI_NETNS %q is the plugin's own netns; the container needs a network namespace of its own", args.Netns), "")
+		if err := checkNetNS(args.Netns); err != nil {
+			return cniError(err)
 		}
 	}
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
@@ -165,7 +159,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 }
 
 // Del releases everything of the attachment's handle; nothing to release
-// is success.
+// is success. CNI_NETNS is not looked at: an IPAM plugin never enters the
+// namespace, the handle is named by network, container ID and interface,
+// and the CNI spec asks DEL to succeed as far as it can. Refusing a DEL
+// for its netns (gone, a FIFO, the plugin's own) would leak the address
+// for as long as the runtime keeps sending it; Main turns off skel's
+// after-the-fact check for DEL, which failed the call after the release
+// (and hung on a FIFO).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
@@ -195,14 +195,17 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 
 // GC releases every allocation of this network on this node whose
 // attachment is not listed in cni.dev/valid-attachments.
+// A GC without a well-formed list (neither cni.dev/valid-attachments nor
+// the tagged CNI 1.1.0 spec's cni.dev/attachments, null, or an entry
+// without containerID or ifname) fails with code 7 and releases nothing.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	var gc types.PluginConf
-	if err := jsonUnmarshal(args.StdinData, &gc); err != nil {
+	attachments, err := config.GCAttachments(args.StdinData)
+	if err != nil {
 		return cniError(err)
 	}
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
-		valid := map[string]bool{}
-		for _, v := range gc.ValidAttachments {
+		valid := make(map[string]bool, len(attachments))
+		for _, v := range attachments {
 			valid[ipam.HandleID(s.conf.Network, v.ContainerID, v.IfName)] = true
 		}
 		released, err := s.alloc.ReleaseHandles(ctx, func(h ipam.Handle) bool {

@@ -177,8 +177,12 @@ func TestBadInputLeavesStoreUntouched(t *testing.T) {
 		{"rangeStart outside", `"ranges":[[{"subnet":"10.50.0.0/24","rangeStart":"10.51.0.5"}]]`, types.ErrInvalidNetworkConfig, "rangeStart"},
 		{"gateway outside", `"ranges":[[{"subnet":"fd00:50::/64","gateway":"fd00:51::1"}]]`, types.ErrInvalidNetworkConfig, "gateway"},
 		{"pool smaller than block", `"blockSize":24,"ranges":[[{"subnet":"10.50.0.0/26"}]]`, types.ErrInvalidNetworkConfig, "smaller than its block size"},
-		{"IPv6 pool smaller than block", `"ipv6BlockSize":100,"ranges":[[{"subnet":"fd00:50::/120"}]]`, types.ErrInvalidNetworkConfig, "smaller than its block size"},
+		{"IPv6 pool smaller than block", `"ipv6BlockSize":116,"ranges":[[{"subnet":"fd00:50::/120"}]]`, types.ErrInvalidNetworkConfig, "smaller than its block size"},
 		{"unknown pool", `"pools":["nope"]`, types.ErrInvalidNetworkConfig, "nope"},
+		{"gateway is the network address", `"ranges":[[{"subnet":"10.50.0.0/24","gateway":"10.50.0.0"}]]`, types.ErrInvalidNetworkConfig, "gateway"},
+		{"no address to hand out v6", `"ranges":[[{"subnet":"fd00:50::/64","rangeStart":"fd00:50::1","rangeEnd":"fd00:50::1"}]]`, types.ErrInvalidNetworkConfig, "no address to hand out"},
+		{"whereabouts kubernetes datastore", `"datastore":"kubernetes","range":"10.50.0.0/24"`, types.ErrInvalidNetworkConfig, "ipam.datastore"},
+		{"empty datastore path", `"datastore":{"type":"local","path":""},"ranges":[[{"subnet":"10.50.0.0/24"}]]`, types.ErrInvalidNetworkConfig, "ipam.datastore.path"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
