@@ -240,7 +240,19 @@ func usablePools(set []string, pools map[string]ipam.Pool, nodeLabels map[string
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: pools %s are disabled or select other nodes", ErrNoPool, strings.Join(set, ", "))
+		var why []string
+		for _, n := range set {
+			if pools[n].Deleting {
+				why = append(why, RemovalAdvice(n))
+			}
+		}
+		if len(why) == 0 {
+			return nil, fmt.Errorf("%w: pools %s are disabled or select other nodes", ErrNoPool, strings.Join(set, ", "))
+		}
+		if len(why) < len(set) {
+			why = append(why, "the others are disabled or select other nodes")
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(why, "; "))
 	}
 	return out, nil
 }

@@ -81,13 +81,146 @@ func (a *Allocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
 	return err
 }
 
-// DeletePool removes a pool with its (empty) blocks and their affinities.
-// It refuses with ErrPoolInUse while any address is allocated, saying how
-// many. It first marks the pool Deleting, which fails every allocation that
-// read the pool before and stops new ones, so that the blocks it then lists
-// are all there are; a refused delete clears the mark again.
+// DeletePool removes a pool with its (empty) blocks and their affinities,
+// in as many transactions as the store's limits (kv.Limits) require, each
+// safe on its own. It refuses with ErrPoolInUse while any address is
+// allocated, saying how many, and changes nothing then.
+//
+// It first marks the pool Deleting, which fails every allocation that read
+// the pool before (allocations are guarded by the pool's version) and stops
+// new ones, so that the blocks it then lists are all there are and stay
+// empty. It deletes them in batches, each guarded by the blocks' versions
+// and the marked pool's, and deletes the pool key last. Should it find an
+// address in use after all (an allocation that committed just before the
+// mark), it clears the mark and refuses: the pool stays usable.
+//
+// A removal that is interrupted (an error, a crash) leaves the pool marked
+// and maybe some of its empty blocks gone, which is consistent: the pool
+// hands out nothing, and the next DeletePool finishes the removal, or
+// CancelPoolRemoval keeps the pool.
 func (a *Allocator) DeletePool(ctx context.Context, name string) error {
-	return a.retry(ctx, "delete pool "+name, func() error {
+	err := a.retry(ctx, "delete pool "+name, func() error { return a.markDeleting(ctx, name) })
+	if err != nil {
+		return err
+	}
+	return a.retry(ctx, "delete pool "+name, func() error { return a.removeMarked(ctx, name) })
+}
+
+// markDeleting marks the pool Deleting unless it is already (an earlier
+// removal that was interrupted); it refuses without writing anything when
+// addresses are in use.
+func (a *Allocator) markDeleting(ctx context.Context, name string) error {
+	es, err := a.store.Get(ctx, PoolKey(name))
+	if err != nil {
+		return err
+	}
+	e := es[0]
+	if e.Version == 0 {
+		return fmt.Errorf("%w: %q", ErrPoolNotFound, name)
+	}
+	pool, err := decode[ipam.Pool](e)
+	if err != nil || pool.Deleting {
+		return err
+	}
+	if err := a.refuseInUse(ctx, name); err != nil {
+		return err
+	}
+	pool.Deleting = true
+	return a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: Encode(pool)}})
+}
+
+// removeMarked deletes a pool marked Deleting: its empty blocks with their
+// affinities in batches the store accepts, then the pool key. A conflict
+// (another pool rm of the same pool, a release) is retried by the caller
+// from a fresh read, which finds what is left.
+func (a *Allocator) removeMarked(ctx context.Context, name string) error {
+	es, err := a.store.Get(ctx, PoolKey(name))
+	if err != nil {
+		return err
+	}
+	e := es[0]
+	if e.Version == 0 {
+		return nil // another pool rm finished it
+	}
+	pool, err := decode[ipam.Pool](e)
+	if err != nil {
+		return err
+	}
+	if !pool.Deleting {
+		return fmt.Errorf("%w: the removal of pool %q was cancelled meanwhile ('ipkeeperctl pool rm --cancel'); it stays", ErrPoolConflict, name)
+	}
+	entries, err := a.store.List(ctx, BlockPrefix+name+"/")
+	if err != nil {
+		return err
+	}
+	poolCond := kv.Cond{Key: e.Key, Version: e.Version}
+	inUse := 0
+	type blockOps struct {
+		cond kv.Cond
+		ops  []kv.Op
+	}
+	var blocks []blockOps
+	for _, be := range entries {
+		b, err := decode[ipam.Block](be)
+		if err != nil {
+			return err
+		}
+		inUse += b.InUse()
+		bo := blockOps{cond: kv.Cond{Key: be.Key, Version: be.Version}, ops: []kv.Op{{Key: be.Key, Delete: true}}}
+		if b.Node != "" {
+			bo.ops = append(bo.ops, kv.Op{Key: AffinityKey(b.Node, name, b.CIDR), Delete: true})
+		}
+		blocks = append(blocks, bo)
+	}
+	if inUse > 0 {
+		pool.Deleting = false
+		if err := a.store.Txn(ctx, []kv.Cond{poolCond}, []kv.Op{{Key: e.Key, Value: Encode(pool)}}); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: pool %q has %d addresses in use; it stays usable, release them first", ErrPoolInUse, name, inUse)
+	}
+	limits := kv.LimitsOf(a.store)
+	if limits.MaxOps <= 0 {
+		limits.MaxOps = maxRemovalOps
+	}
+	conds := []kv.Cond{poolCond}
+	var ops []kv.Op
+	for _, bo := range blocks {
+		if !limits.Fits(append(conds[:len(conds):len(conds)], bo.cond), append(ops[:len(ops):len(ops)], bo.ops...)) && len(ops) > 0 {
+			if err := a.store.Txn(ctx, conds, ops); err != nil {
+				return err
+			}
+			conds, ops = conds[:1], nil
+		}
+		conds = append(conds, bo.cond)
+		ops = append(ops, bo.ops...)
+	}
+	// The pool key goes last, with the last batch when it fits: a removal
+	// that stops before leaves a marked pool whose remaining blocks the
+	// next DeletePool finds.
+	last := kv.Op{Key: e.Key, Delete: true}
+	if !limits.Fits(conds, append(ops[:len(ops):len(ops)], last)) {
+		if err := a.store.Txn(ctx, conds, ops); err != nil {
+			return err
+		}
+		conds, ops = conds[:1], nil
+	}
+	return a.store.Txn(ctx, conds, append(ops, last))
+}
+
+// maxRemovalOps bounds the operations of one pool-removal transaction on a
+// store without an operation limit, so that no transaction grows with the
+// pool.
+const maxRemovalOps = 1024
+
+// CancelPoolRemoval keeps a pool that an interrupted DeletePool left
+// marked Deleting: it clears the mark, so the pool hands out addresses
+// again (blocks the removal already deleted are claimed anew when needed).
+// It reports whether the pool was marked; a pool that is not is left as
+// is.
+func (a *Allocator) CancelPoolRemoval(ctx context.Context, name string) (bool, error) {
+	var was bool
+	err := a.retry(ctx, "keep pool "+name, func() error {
 		es, err := a.store.Get(ctx, PoolKey(name))
 		if err != nil {
 			return err
@@ -100,49 +233,20 @@ func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if !pool.Deleting {
-			// Refuse without writing anything when addresses are in use.
-			if err := a.refuseInUse(ctx, name); err != nil {
-				return err
-			}
-			pool.Deleting = true
-			if err := a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: Encode(pool)}}); err != nil {
-				return err
-			}
-			if es, err = a.store.Get(ctx, PoolKey(name)); err != nil {
-				return err
-			}
-			e = es[0]
+		if was = pool.Deleting; !was {
+			return nil
 		}
-		blocks, err := a.store.List(ctx, BlockPrefix+name+"/")
-		if err != nil {
-			return err
-		}
-		conds := []kv.Cond{{Key: e.Key, Version: e.Version}}
-		ops := []kv.Op{{Key: e.Key, Delete: true}}
-		inUse := 0
-		for _, be := range blocks {
-			b, err := decode[ipam.Block](be)
-			if err != nil {
-				return err
-			}
-			inUse += b.InUse()
-			conds = append(conds, kv.Cond{Key: be.Key, Version: be.Version})
-			ops = append(ops, kv.Op{Key: be.Key, Delete: true})
-			if b.Node != "" {
-				ops = append(ops, kv.Op{Key: AffinityKey(b.Node, name, b.CIDR), Delete: true})
-			}
-		}
-		if inUse > 0 {
-			pool.Deleting = false
-			err := a.store.Txn(ctx, conds[:1], []kv.Op{{Key: e.Key, Value: Encode(pool)}})
-			if err != nil {
-				return err
-			}
-			return fmt.Errorf("%w: pool %q has %d addresses in use; release them first", ErrPoolInUse, name, inUse)
-		}
-		return a.store.Txn(ctx, conds, ops)
+		pool.Deleting = false
+		return a.store.Txn(ctx, []kv.Cond{{Key: e.Key, Version: e.Version}}, []kv.Op{{Key: e.Key, Value: Encode(pool)}})
 	})
+	return was, err
+}
+
+// RemovalAdvice says that pool is being removed and how to finish or
+// cancel that, for errors of allocations that find it marked Deleting.
+func RemovalAdvice(pool string) string {
+	return fmt.Sprintf("pool %q is being removed (an 'ipkeeperctl pool rm' is running or was interrupted): run 'ipkeeperctl pool rm %s' to finish removing it, or 'ipkeeperctl pool rm --cancel %s' to keep it",
+		pool, pool, pool)
 }
 
 // refuseInUse fails with ErrPoolInUse when the pool's blocks hold addresses.

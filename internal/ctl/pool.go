@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -98,6 +100,9 @@ func (c *cli) poolAddCmd() *cobra.Command {
 		Short: "Add a pool that network configs name in \"pools\"",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := ValidPoolName(args[0]); err != nil {
+				return fmt.Errorf("pool add NAME: %w", err)
+			}
 			p := ipam.Pool{Name: args[0], BlockSize: blockSize, NodeSelector: selector, Disabled: disabled,
 				StrictAffinity: strict, Origin: "cli"}
 			var err error
@@ -196,12 +201,25 @@ func (c *cli) poolListCmd() *cobra.Command {
 }
 
 func (c *cli) poolRmCmd() *cobra.Command {
-	return &cobra.Command{
+	var cancel bool
+	cmd := &cobra.Command{
 		Use:   "rm NAME",
 		Short: "Remove a pool; refused while any of its addresses is in use",
-		Args:  cobra.ExactArgs(1),
+		Long: `Remove a pool with its (empty) blocks. It is refused while any of its
+addresses is in use, and the pool stays usable. The pool is first marked
+as being removed, which stops allocations from it; a removal that is
+interrupted leaves it marked: run 'pool rm NAME' again to finish it, or
+'pool rm --cancel NAME' to keep the pool.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+				if cancel {
+					was, err := a.CancelPoolRemoval(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					return c.print(poolKept{Kept: args[0], WasBeingRemoved: was})
+				}
 				if err := a.DeletePool(cmd.Context(), args[0]); err != nil {
 					return err
 				}
@@ -209,4 +227,45 @@ func (c *cli) poolRmCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "keep a pool an interrupted 'pool rm' left marked as being removed")
+	return cmd
+}
+
+type poolKept struct {
+	Kept            string `json:"kept"`
+	WasBeingRemoved bool   `json:"wasBeingRemoved"`
+}
+
+func (r poolKept) table(w io.Writer) {
+	if r.WasBeingRemoved {
+		fmt.Fprintf(w, "pool %s kept: its removal is cancelled\n", r.Kept)
+		return
+	}
+	fmt.Fprintf(w, "pool %s kept: it was not being removed\n", r.Kept)
+}
+
+// maxPoolNameLength is the longest pool name, as for names in a network
+// config's ipam.pools.
+const maxPoolNameLength = 253
+
+// ValidPoolName checks a pool name given on the command line: a network
+// config must be able to name it in ipam.pools, so it is non-empty valid
+// UTF-8 of at most 253 bytes without '/', spaces or control characters.
+// Every name ipkeeper gives the pools of a config's ranges (network name,
+// CIDR and range with '/' and ':' as '-') passes.
+func ValidPoolName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("pool name is empty")
+	case len(name) > maxPoolNameLength:
+		return fmt.Errorf("pool name %.20q... is %d bytes, more than %d", name, len(name), maxPoolNameLength)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("pool name %q is not valid UTF-8", name)
+	}
+	if i := strings.IndexFunc(name, func(r rune) bool {
+		return r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError
+	}); i >= 0 {
+		return fmt.Errorf("pool name %q contains %q at byte %d: no config can name it; use letters, digits and . _ : -", name, []rune(name[i:])[0], i)
+	}
+	return nil
 }

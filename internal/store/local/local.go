@@ -206,6 +206,14 @@ func (s *Store) init() error {
 	return nil
 }
 
+var _ kv.Limiter = (*Store)(nil)
+
+// Limits implements kv.Limiter: bbolt bounds keys and values but neither
+// the number of operations nor the size of a transaction.
+func (s *Store) Limits() kv.Limits {
+	return kv.Limits{MaxKeyBytes: bbolt.MaxKeySize, MaxValueBytes: bbolt.MaxValueSize - headerLen}
+}
+
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
