@@ -26,10 +26,17 @@ func checkUsable(s *rangeSpec, r Range, blockV4, blockV6 int) error {
 			taken = append(taken, "the gateway "+r.Gateway.String())
 		}
 		if len(r.Exclude) > 0 {
-			taken = append(taken, "the excluded ranges")
+			taken = append(taken, "excluded")
 		}
-		return invalid(s.name, "(%s-%s in %s) has no address to hand out: %s take all of it",
-			first, last, r.Subnet, strings.Join(taken, ", "))
+		if len(taken) == 0 { // not reached: firstUsable skips nothing else
+			taken = append(taken, "unusable")
+		}
+		list := taken[len(taken)-1]
+		if len(taken) > 1 {
+			list = strings.Join(taken[:len(taken)-1], ", ") + " or " + list
+		}
+		return invalid(s.name, "(%s-%s in %s) has no address to hand out: every address in it is %s",
+			first, last, r.Subnet, list)
 	}
 	p := ipam.Pool{Name: "range", CIDR: r.Subnet, BlockSize: ipam.BlockSizeFor(r.Subnet, blockV4, blockV6),
 		RangeStart: r.RangeStart, RangeEnd: r.RangeEnd, Gateway: r.Gateway, Exclude: r.Exclude}

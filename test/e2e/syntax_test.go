@@ -26,8 +26,11 @@ func readJSON(t *testing.T, name string) map[string]any {
 	return m
 }
 
-// asIpkeeper turns a user's ipam section into ipkeeper's: type swapped, a
-// local datastore in dir added, everything else as it was.
+// asIpkeeper turns a user's ipam section into ipkeeper's: type swapped, an
+// explicit local datastore in dir added, everything else as it was. A
+// whereabouts section needs the datastore: whereabouts' default (the
+// Kubernetes API) is refused, and TestBadInput holds the refusal of these
+// same testdata configs without it.
 func asIpkeeper(ipam map[string]any, dir string) map[string]any {
 	ipam["type"] = "ipkeeper"
 	ipam["datastore"] = map[string]any{"type": "local", "path": dir}
@@ -235,7 +238,8 @@ func nadConfig(t *testing.T) map[string]any {
 
 // TestNetworkAttachmentDefinition runs the ipam section of a production
 // NetworkAttachmentDefinition (whereabouts, range_start..range_end = five
-// addresses, six routes) under bridge: five ADDs succeed with the routes
+// addresses, six routes), with an explicit local datastore added (without
+// one it is refused, see TestBadInput), under bridge: five ADDs succeed with the routes
 // in the result and in the container, the sixth fails with code 100, and
 // after a DEL it succeeds with the freed address.
 func TestNetworkAttachmentDefinition(t *testing.T) {

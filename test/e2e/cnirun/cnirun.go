@@ -30,6 +30,10 @@ type Call struct {
 	Path        string   // CNI_PATH; omitted when empty
 	Env         []string // extra KEY=VALUE entries, appended last
 	Stdin       []byte   // the network configuration
+	// KeepStdinOpen gives the process Stdin (at most 64 KiB) on a pipe
+	// that never reaches end of file while the process runs: a runtime
+	// that does not close the plugin's stdin.
+	KeepStdinOpen bool
 }
 
 // Output is what a finished plugin process left behind.
@@ -62,6 +66,21 @@ func Run(ctx context.Context, bin string, c Call) (Output, error) {
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = c.environ()
 	cmd.Stdin = bytes.NewReader(c.Stdin)
+	if c.KeepStdinOpen {
+		if len(c.Stdin) >= 64<<10 {
+			return Output{}, fmt.Errorf("cnirun: %d bytes do not fit a pipe's buffer", len(c.Stdin))
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return Output{}, err
+		}
+		defer r.Close()
+		defer w.Close()
+		if _, err := w.Write(c.Stdin); err != nil {
+			return Output{}, err
+		}
+		cmd.Stdin = r
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
