@@ -33,6 +33,12 @@ type KeyValue struct {
 type Cond struct {
 	Key     string
 	Version int64
+	// Value, when not nil, also requires the key's value to be exactly
+	// these bytes (a condition that a missing key never meets). A caller
+	// that computed a write from a value it did not read from the store
+	// itself (a remembered hint) guards the write with that value, so the
+	// commit proves the value right instead of trusting it.
+	Value []byte
 }
 
 // Op is one write of a transaction: a put of Value, or a delete.

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"CASCurrentVersion", testCASCurrent},
 		{"CASStaleVersion", testCASStale},
 		{"CondOnMissingKeyWithVersion", testCondOnMissingWithVersion},
+		{"ValueCond", testValueCond},
 		{"FailedTxnAppliesNothing", testFailedTxnAppliesNothing},
 		{"CondOnlyTxn", testCondOnlyTxn},
 		{"Delete", testDelete},

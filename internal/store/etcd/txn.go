@@ -19,12 +19,22 @@ func (s *Store) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
 // etcd gives every key it wrote as its mod_revision; 0 when the answer was
 // lost and the outcome had to be read back.
 func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
-	if len(conds) > maxOpsPerTxn || len(ops) > maxOpsPerTxn {
-		return 0, fmt.Errorf("%w: %d conditions and %d operations (etcd accepts %d)", ErrTooLarge, len(conds), len(ops), maxOpsPerTxn)
+	compares := len(conds)
+	for _, c := range conds {
+		if c.Value != nil {
+			compares++ // a value condition is a second etcd compare
+		}
+	}
+	if compares > maxOpsPerTxn || len(ops) > maxOpsPerTxn {
+		return 0, fmt.Errorf("%w: %d compares and %d operations (etcd accepts %d)", ErrTooLarge, compares, len(ops), maxOpsPerTxn)
 	}
 	req := txnRequest{}
 	for _, c := range conds {
 		req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "MOD", Key: b64(s.full(c.Key)), ModRevision: itoa(c.Version)})
+		if c.Value != nil {
+			// etcd fails a value compare on a missing key.
+			req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "VALUE", Key: b64(s.full(c.Key)), Value: b64bytes(c.Value)})
+		}
 	}
 	for _, op := range ops {
 		if op.Delete {
@@ -34,7 +44,7 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 		}
 	}
 	var resp txnResponse
-	err := s.c.call(ctx, "/v3/kv/txn", req, &resp)
+	resent, err := s.c.callResent(ctx, "/v3/kv/txn", req, &resp)
 	var se *sendError
 	if errors.As(err, &se) && se.sent && len(ops) > 0 {
 		return 0, s.resolve(ctx, req, ops, se.err)
@@ -43,6 +53,11 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 		return 0, readErr(err)
 	}
 	if !resp.Succeeded {
+		if resent && len(ops) > 0 {
+			// An attempt whose answer was lost may have applied and so
+			// failed this one's compares: the store tells.
+			return 0, s.afterResend(ctx, ops)
+		}
 		return 0, kv.ErrConflict
 	}
 	rev, err := atoi(resp.Header.Revision)
@@ -84,6 +99,22 @@ func (s *Store) resolve(ctx context.Context, req txnRequest, ops []kv.Op, cause 
 		return fmt.Errorf("%w (after a lost answer: %v)", kv.ErrConflict, cause)
 	}
 	return fmt.Errorf("%w: outcome of a transaction unknown: %w", kv.ErrUnavailable, cause)
+}
+
+// afterResend decides a transaction that was sent again after an answer
+// was lost and then failed its compares: it applied when the store holds
+// what it wrote, else it is a conflict.
+func (s *Store) afterResend(ctx context.Context, ops []kv.Op) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.requestTimeout)
+	defer cancel()
+	applied, err := s.applied(rctx, ops)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: outcome of a transaction unknown: %w", kv.ErrUnavailable, err)
+	case applied:
+		return nil
+	}
+	return fmt.Errorf("%w (after a lost answer)", kv.ErrConflict)
 }
 
 // applied reports whether the store holds exactly what ops wrote: every

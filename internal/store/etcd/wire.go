@@ -36,7 +36,8 @@ type compare struct {
 	Result      string `json:"result"`
 	Target      string `json:"target"`
 	Key         string `json:"key"`
-	ModRevision string `json:"mod_revision"`
+	ModRevision string `json:"mod_revision,omitempty"`
+	Value       string `json:"value,omitempty"`
 }
 
 type txnRequest struct {
