@@ -131,12 +131,21 @@ func (c *client) close() {
 // returned error is a *sendError with sent set, so a writer can find out
 // whether it applied.
 func (c *client) call(ctx context.Context, path string, in, out any) error {
+	_, err := c.callResent(ctx, path, in, out)
+	return err
+}
+
+// callResent is call that also reports, when an answer came back, whether
+// an earlier attempt may have reached etcd without its answer arriving:
+// for a write, the answer then describes a second application of the same
+// request, and a failed compare in it may be the first one's doing.
+func (c *client) callResent(ctx context.Context, path string, in, out any) (bool, error) {
 	body, err := json.Marshal(in)
 	if err != nil {
-		return fmt.Errorf("etcd: encode request: %w", err)
+		return false, fmt.Errorf("etcd: encode request: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		return false, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
@@ -148,12 +157,16 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 		ep := c.eps[i]
 		serr := c.once(ctx, ep, path, body, out)
 		if serr == nil {
-			return nil
+			return sent, nil
 		}
 		sent = sent || serr.sent
 		last = serr
 		if !serr.retryable {
-			return serr.err
+			if sent {
+				// An earlier attempt may have applied: keep that known.
+				return sent, &sendError{err: serr.err, sent: true}
+			}
+			return sent, serr.err
 		}
 		// Move on to the next member; another caller may have already.
 		c.cur.CompareAndSwap(int32(i), int32((i+1)%len(c.eps)))
@@ -168,7 +181,7 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 		if ctx.Err() != nil {
 			detail := strings.TrimPrefix(last.err.Error(), kv.ErrUnavailable.Error()+": ")
 			err := fmt.Errorf("%w: %w (last error: %s)", kv.ErrUnavailable, ctx.Err(), detail)
-			return &sendError{err: err, retryable: true, sent: sent}
+			return sent, &sendError{err: err, retryable: true, sent: sent}
 		}
 	}
 }
