@@ -4,7 +4,7 @@ package kv
 // store sets no limit of that kind.
 type Limits struct {
 	// MaxOps is the most conditions, and separately the most operations,
-	// one Txn may carry.
+	// one Txn may carry; a Cond with a Value counts as two conditions.
 	MaxOps int
 	// MaxKeyBytes is the longest key the store accepts.
 	MaxKeyBytes int
@@ -34,7 +34,7 @@ func LimitsOf(s Store) Limits {
 
 // Fits reports whether a transaction of conds and ops is within l.
 func (l Limits) Fits(conds []Cond, ops []Op) bool {
-	if l.MaxOps > 0 && (len(conds) > l.MaxOps || len(ops) > l.MaxOps) {
+	if l.MaxOps > 0 && (compares(conds) > l.MaxOps || len(ops) > l.MaxOps) {
 		return false
 	}
 	for _, op := range ops {
@@ -45,11 +45,26 @@ func (l Limits) Fits(conds []Cond, ops []Op) bool {
 	return l.MaxTxnBytes <= 0 || TxnBytes(conds, ops) <= l.MaxTxnBytes
 }
 
-// TxnBytes is the size of a transaction's keys and values.
+// compares counts conditions as MaxOps does.
+func compares(conds []Cond) int {
+	n := len(conds)
+	for _, c := range conds {
+		if c.Value != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TxnBytes is the size of a transaction's keys and values (a Cond with a
+// Value names its key twice).
 func TxnBytes(conds []Cond, ops []Op) int {
 	n := 0
 	for _, c := range conds {
 		n += len(c.Key)
+		if c.Value != nil {
+			n += len(c.Key) + len(c.Value)
+		}
 	}
 	for _, op := range ops {
 		n += len(op.Key) + len(op.Value)

@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -141,5 +142,60 @@ func TestTooManyOps(t *testing.T) {
 	}
 	if err := s.Txn(context.Background(), nil, ops); !errors.Is(err, etcd.ErrTooLarge) {
 		t.Fatalf("200-op txn: %v, want ErrTooLarge", err)
+	}
+}
+
+// The limits the store reports are the ones the real etcd enforces: a
+// transaction at MaxOps compares and operations, and one at MaxTxnBytes,
+// apply; one more operation or byte is refused at once with ErrTooLarge
+// (etcd's own refusal of an oversized request would look transient).
+func TestLimits(t *testing.T) {
+	s := open(t)
+	defer s.Close()
+	lim := s.Limits()
+	if lim.MaxOps != 128 || lim.MaxTxnBytes < 1<<20 || lim.MaxValueBytes != lim.MaxTxnBytes {
+		t.Fatalf("Limits() = %+v", lim)
+	}
+	ctx := t.Context()
+	conds := make([]kv.Cond, lim.MaxOps)
+	ops := make([]kv.Op, lim.MaxOps)
+	for i := range ops {
+		conds[i] = kv.Cond{Key: fmt.Sprintf("c%03d", i)}
+		ops[i] = kv.Op{Key: fmt.Sprintf("o%03d", i), Value: []byte("v")}
+	}
+	if !lim.Fits(conds, ops) {
+		t.Fatal("Fits refuses a transaction at the limit")
+	}
+	if err := s.Txn(ctx, conds, ops); err != nil {
+		t.Fatalf("transaction of %d compares and operations: %v", lim.MaxOps, err)
+	}
+	more := append(ops, kv.Op{Key: "one-more", Value: []byte("v")})
+	if lim.Fits(conds, more) {
+		t.Fatal("Fits takes one operation too many")
+	}
+	if err := s.Txn(ctx, nil, more); !errors.Is(err, etcd.ErrTooLarge) {
+		t.Fatalf("transaction of %d operations: %v, want ErrTooLarge", len(more), err)
+	}
+	big := []kv.Op{{Key: "big", Value: bytes.Repeat([]byte("x"), lim.MaxTxnBytes-len("big"))}}
+	if !lim.Fits(nil, big) {
+		t.Fatal("Fits refuses a value at the byte limit")
+	}
+	if err := s.Txn(ctx, nil, big); err != nil {
+		t.Fatalf("transaction of %d bytes: %v", lim.MaxTxnBytes, err)
+	}
+	if got, err := s.Get(ctx, "big"); err != nil || len(got[0].Value) != len(big[0].Value) {
+		t.Fatalf("big value read back: %d bytes, %v", len(got[0].Value), err)
+	}
+	big[0].Value = append(big[0].Value, 'x')
+	if lim.Fits(nil, big) {
+		t.Fatal("Fits takes one byte too many")
+	}
+	if err := s.Txn(ctx, nil, big); !errors.Is(err, etcd.ErrTooLarge) {
+		t.Fatalf("transaction of %d bytes: %v, want ErrTooLarge", lim.MaxTxnBytes+1, err)
+	}
+	// Twice the size etcd accepts is refused by the store, before etcd.
+	huge := []kv.Op{{Key: "huge", Value: bytes.Repeat([]byte("x"), 2*lim.MaxTxnBytes)}}
+	if err := s.Txn(ctx, nil, huge); !errors.Is(err, etcd.ErrTooLarge) {
+		t.Fatalf("transaction of %d bytes: %v, want ErrTooLarge", 2*lim.MaxTxnBytes, err)
 	}
 }

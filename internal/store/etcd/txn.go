@@ -28,6 +28,10 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 	if compares > maxOpsPerTxn || len(ops) > maxOpsPerTxn {
 		return 0, fmt.Errorf("%w: %d compares and %d operations (etcd accepts %d)", ErrTooLarge, compares, len(ops), maxOpsPerTxn)
 	}
+	if n, limit := kv.TxnBytes(conds, ops), s.Limits().MaxTxnBytes; n > limit {
+		// etcd would refuse it too, with an error that looks transient.
+		return 0, fmt.Errorf("%w: %d bytes of keys and values (etcd accepts %d)", ErrTooLarge, n, limit)
+	}
 	req := txnRequest{}
 	for _, c := range conds {
 		req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "MOD", Key: b64(s.full(c.Key)), ModRevision: itoa(c.Version)})

@@ -256,3 +256,28 @@ func TestLockTimeout(t *testing.T) {
 		t.Fatalf("waiting Open after release: %v", err)
 	}
 }
+
+// The limits the store reports hold: a key of MaxKeyBytes is stored, one
+// byte more is refused; there is no operation limit.
+func TestLimits(t *testing.T) {
+	s := openT(t, t.TempDir())
+	lim := s.Limits()
+	if lim.MaxOps != 0 || lim.MaxKeyBytes != bbolt.MaxKeySize {
+		t.Fatalf("Limits() = %+v", lim)
+	}
+	key := strings.Repeat("k", lim.MaxKeyBytes)
+	ops := []kv.Op{{Key: key, Value: []byte("v")}}
+	if !lim.Fits(nil, ops) {
+		t.Fatal("Fits refuses a key at the limit")
+	}
+	if err := s.Txn(t.Context(), nil, ops); err != nil {
+		t.Fatalf("key of %d bytes: %v", len(key), err)
+	}
+	ops[0].Key += "k"
+	if lim.Fits(nil, ops) {
+		t.Fatal("Fits takes a key one byte too long")
+	}
+	if err := s.Txn(t.Context(), nil, ops); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("key of %d bytes: %v, want ErrInvalidKey", len(ops[0].Key), err)
+	}
+}
