@@ -31,6 +31,10 @@ type Request struct {
 	Define []ipam.Pool
 }
 
+// maxHintBlocks bounds the blocks one hint may name; a larger hint is no
+// hint (it was not written by an allocator: a node holds a few blocks).
+const maxHintBlocks = 1024
+
 // claimProbe is how many candidate blocks a claim reads before it falls
 // back to listing the pool's blocks.
 const claimProbe = 16
@@ -74,15 +78,23 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly
 	}
 	// One read at most: the handle, the pools and the blocks the node is
 	// believed to hold. With a complete hint there is no read at all: the
-	// commit is guarded by the hinted versions and the handle's absence.
-	// The affinity index is listed only when the hint is missing, stale or
-	// has no room.
-	keys := []string{HandleKey(req.Handle.ID)}
-	for _, n := range names {
-		keys = append(keys, PoolKey(n))
+	// commit is guarded by the hinted versions and values and the handle's
+	// absence. The affinity index is listed only when the hint is missing,
+	// stale or has no room.
+	hk := HandleKey(req.Handle.ID)
+	poolKeys := make([]string, len(names))
+	for i, n := range names {
+		poolKeys[i] = PoolKey(n)
 	}
+	// An attachment whose ID differs from what earlier versions named it
+	// also looks for its handle under that name (see handleid.go).
+	legacy, hasLegacy := legacyOf(req.Handle.ID)
 	hint, hinted := a.hints.Load(node)
-	optimistic := allowHintOnly && hinted && hint.complete(keys[1:])
+	hintedBlocks := hint.blocks()
+	if len(hintedBlocks) > maxHintBlocks {
+		hinted, hintedBlocks = false, nil
+	}
+	optimistic := allowHintOnly && hinted && hint.complete(poolKeys)
 	defer func() {
 		// A failure computed from a hint alone proves nothing: the
 		// handle may exist, a pool may have room.
@@ -90,35 +102,66 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly
 			err = errStaleHint
 		}
 	}()
-	var es []kv.KeyValue
+	var poolEs, blockEs []kv.KeyValue
+	legacyE := kv.KeyValue{Key: legacy.key}
 	if optimistic {
-		es = []kv.KeyValue{{Key: keys[0]}}
-		for _, k := range keys[1:] {
+		for _, k := range poolKeys {
 			e, _ := hint.get(k)
-			es = append(es, e)
+			poolEs = append(poolEs, e)
 		}
-		es = append(es, hint.blocks()...)
+		blockEs = hintedBlocks
 	} else {
-		for _, e := range hint.blocks() {
+		keys := append([]string{hk}, poolKeys...)
+		if hasLegacy {
+			keys = append(keys, legacy.key)
+		}
+		fixed := len(keys)
+		for _, e := range hintedBlocks {
 			keys = append(keys, e.Key)
 		}
-		if es, err = a.store.Get(ctx, keys...); err != nil {
+		es, err := a.store.Get(ctx, keys...)
+		if err != nil {
 			return ipam.Handle{}, err
 		}
 		if es[0].Version != 0 {
 			return decode[ipam.Handle](es[0])
 		}
+		poolEs, blockEs = es[1:1+len(names)], es[fixed:]
+		if hasLegacy {
+			legacyE = es[1+len(names)]
+			if legacyE.Version != 0 {
+				old, err := decode[ipam.Handle](legacyE)
+				if err != nil {
+					return ipam.Handle{}, err
+				}
+				if legacy.owns(old) {
+					// This attachment's handle, from an earlier version:
+					// ADD is idempotent, and the handle moves to its ID.
+					return a.rekey(ctx, legacyE, old, req.Handle.ID)
+				}
+			}
+		}
 	}
 	var conds []kv.Cond
 	var ops []kv.Op
+	if hasLegacy {
+		// No handle of this attachment under its legacy ID appears
+		// meanwhile (one that is another attachment's may stay).
+		conds = append(conds, kv.Cond{Key: legacyE.Key, Version: legacyE.Version})
+	}
 	pools := map[string]ipam.Pool{}
 	for i, n := range names {
-		e := es[i+1]
+		e := poolEs[i]
 		// The pools must not be deleted or redefined meanwhile: DeletePool
 		// first marks a pool Deleting, so an allocation that read it before
 		// fails this condition and retries into ErrNoPool, and one that
-		// committed first is seen by DeletePool's listing.
-		conds = append(conds, kv.Cond{Key: e.Key, Version: e.Version})
+		// committed first is seen by DeletePool's listing. A pool taken
+		// from a hint must also still be what the hint says.
+		c := kv.Cond{Key: e.Key, Version: e.Version}
+		if optimistic {
+			c.Value = e.Value
+		}
+		conds = append(conds, c)
 		def, defined := findPool(req.Define, n)
 		switch {
 		case defined:
@@ -139,13 +182,18 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly
 			}
 			pools[n] = pool
 		}
+		if optimistic {
+			if err := pools[n].Validate(); err != nil {
+				return ipam.Handle{}, err // redone with reads
+			}
+		}
 	}
 	p := a.newPlan()
 	nb := &nodeBlocks{a: a, p: p, node: node, pools: pools, byPool: map[string][]netip.Prefix{}, fresh: map[string]bool{}}
 	stale := !hinted
-	for _, e := range es[1+len(names):] {
+	for _, e := range blockEs {
 		nb.fresh[e.Key] = !optimistic
-		ok, err := nb.add(e)
+		ok, err := nb.add(e, optimistic)
 		if err != nil {
 			return ipam.Handle{}, err
 		}
@@ -180,8 +228,8 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly
 			return ipam.Handle{}, fmt.Errorf("%w: %s is in no usable pool of the request (pools %s)", ErrAddrUnavailable, w, strings.Join(names, ", "))
 		}
 	}
-	conds = append(conds, kv.Cond{Key: HandleKey(h.ID), Version: 0})
-	ops = append(ops, kv.Op{Key: HandleKey(h.ID), Value: Encode(h)})
+	conds = append(conds, kv.Cond{Key: hk, Version: 0})
+	ops = append(ops, kv.Op{Key: hk, Value: Encode(h)})
 	rev, err := p.commit(ctx, conds, ops)
 	if err != nil {
 		if errors.Is(err, kv.ErrConflict) {
@@ -189,7 +237,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly
 		}
 		return ipam.Handle{}, err
 	}
-	a.hints.Store(node, newHint(es[1:1+len(names)], ops, rev, p, node))
+	a.hints.Store(node, newHint(poolEs, ops, rev, p, node))
 	return h, nil
 }
 

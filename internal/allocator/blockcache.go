@@ -1,15 +1,19 @@
 package allocator
 
 import (
+	"bytes"
 	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
-// blockCache keeps decoded blocks by key and version, so that a block this
-// process wrote or read is not decoded again while its version is current.
-// Blocks are immutable values here (every ipam operation returns a copy),
-// so a cached block is shared safely.
+// blockCache keeps decoded (and validated) blocks by key, version and
+// encoded value, so that a block this process wrote or read is not
+// decoded again while it is current. A hit needs the same bytes, not only
+// the same version: a value claiming a cached version (a forged or
+// corrupt hint) is decoded and validated on its own. Blocks are immutable
+// values here (every ipam operation returns a copy), so a cached block is
+// shared safely.
 type blockCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedBlock
@@ -17,6 +21,7 @@ type blockCache struct {
 
 type cachedBlock struct {
 	version int64
+	raw     []byte
 	block   ipam.Block
 }
 
@@ -24,17 +29,19 @@ type cachedBlock struct {
 // costs only decoding.
 const maxCachedBlocks = 4096
 
-func (c *blockCache) get(key string, version int64) (ipam.Block, bool) {
+func (c *blockCache) get(key string, version int64, raw []byte) (ipam.Block, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[key]
-	if !ok || e.version != version || version == 0 {
+	if !ok || e.version != version || version == 0 || !bytes.Equal(e.raw, raw) {
 		return ipam.Block{}, false
 	}
 	return e.block, true
 }
 
-func (c *blockCache) put(key string, version int64, b ipam.Block) {
+// put caches b, decoded from (or encoded as) raw at version. raw must not
+// change afterwards.
+func (c *blockCache) put(key string, version int64, raw []byte, b ipam.Block) {
 	if version == 0 {
 		return
 	}
@@ -43,5 +50,5 @@ func (c *blockCache) put(key string, version int64, b ipam.Block) {
 	if c.entries == nil || len(c.entries) >= maxCachedBlocks {
 		c.entries = make(map[string]cachedBlock)
 	}
-	c.entries[key] = cachedBlock{version: version, block: b}
+	c.entries[key] = cachedBlock{version: version, raw: raw, block: b}
 }

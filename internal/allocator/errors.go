@@ -20,6 +20,7 @@ var (
 	ErrPoolInUse = errors.New("pool has addresses in use")
 	// ErrNotAllocated means an address is not allocated.
 	ErrNotAllocated = errors.New("address not allocated")
-	// ErrCorrupt means a stored value could not be decoded.
+	// ErrCorrupt means a stored value could not be decoded, or a block is
+	// inconsistent (ipam.Block.Validate) and is refused rather than used.
 	ErrCorrupt = errors.New("corrupt datastore value")
 )

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
@@ -64,6 +65,24 @@ func Encode(v any) []byte {
 		panic(fmt.Sprintf("allocator: encode %T: %v", v, err))
 	}
 	return b
+}
+
+// decodeBlock decodes a block entry and refuses a block that fails
+// ipam.Block.Validate or disagrees with its key: allocating from or
+// releasing into it could hand out an address twice or one outside the
+// block.
+func decodeBlock(e kv.KeyValue) (ipam.Block, error) {
+	b, err := decode[ipam.Block](e)
+	if err != nil {
+		return b, err
+	}
+	if err := b.Validate(); err != nil {
+		return ipam.Block{}, fmt.Errorf("%w: %s: %w ('ipkeeperctl check --repair' repairs it)", ErrCorrupt, e.Key, err)
+	}
+	if e.Key != BlockKey(b.Pool, b.CIDR) {
+		return ipam.Block{}, fmt.Errorf("%w: %s holds block %s of pool %q ('ipkeeperctl check' reports it)", ErrCorrupt, e.Key, b.CIDR, b.Pool)
+	}
+	return b, nil
 }
 
 func decode[T any](e kv.KeyValue) (T, error) {

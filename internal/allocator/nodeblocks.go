@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -24,20 +25,30 @@ type nodeBlocks struct {
 	fresh map[string]bool
 }
 
-// add takes a block entry read on a hint. It reports false when the hint
-// was stale: the block is gone or no longer the node's.
-func (nb *nodeBlocks) add(e kv.KeyValue) (bool, error) {
+// add takes a block entry read on a hint (or, hinted, taken from one). It
+// reports false when the hint was stale: the block is gone or no longer
+// the node's. A block that fails validation, or that is not a block of
+// its pool, is refused with ErrCorrupt.
+func (nb *nodeBlocks) add(e kv.KeyValue, hinted bool) (bool, error) {
 	if e.Version == 0 {
 		return false, nil
 	}
-	if err := nb.p.remember(e); err != nil {
+	remember := nb.p.remember
+	if hinted {
+		remember = nb.p.rememberHinted
+	}
+	if err := remember(e); err != nil {
 		return false, err
 	}
 	b := nb.p.blocks[e.Key].block
 	if b.Node != nb.node || e.Key != BlockKey(b.Pool, b.CIDR) {
 		return false, nil
 	}
-	if _, ok := nb.pools[b.Pool]; ok && !slices.Contains(nb.byPool[b.Pool], b.CIDR) {
+	pool, ok := nb.pools[b.Pool]
+	if ok && (b.CIDR.Bits() != pool.BlockSize || !pool.CIDR.Contains(b.CIDR.Addr())) {
+		return false, fmt.Errorf("%w: %s: block %s is not a /%d block of pool %q (%s)", ErrCorrupt, e.Key, b.CIDR, pool.BlockSize, pool.Name, pool.CIDR)
+	}
+	if ok && !slices.Contains(nb.byPool[b.Pool], b.CIDR) {
 		nb.byPool[b.Pool] = append(nb.byPool[b.Pool], b.CIDR)
 		sortPrefixes(nb.byPool[b.Pool])
 	}
@@ -76,7 +87,7 @@ func (nb *nodeBlocks) list(ctx context.Context) error {
 	for _, b := range bs {
 		nb.p.forget(b.Key)
 		nb.fresh[b.Key] = true
-		if _, err := nb.add(b); err != nil {
+		if _, err := nb.add(b, false); err != nil {
 			return err
 		}
 	}

@@ -27,26 +27,50 @@ type planBlock struct {
 	exists  bool
 	dirty   bool
 	written bool // by the plan's commit
+	// hinted blocks came from a hint, not from the store: raw is what the
+	// hint said, and a commit that changes the block is guarded by raw
+	// itself besides the version (see remember).
+	hinted bool
 }
 
 func (a *Allocator) newPlan() *plan {
 	return &plan{store: a.store, cache: &a.decoded, blocks: map[string]*planBlock{}}
 }
 
-// remember records a block read from the store.
-func (p *plan) remember(e kv.KeyValue) error {
+// remember records a block read from the store. A block that fails
+// validation is refused (ErrCorrupt).
+func (p *plan) remember(e kv.KeyValue) error { return p.add(e, false) }
+
+// rememberHinted records a block entry taken from a hint.
+//
+// A hint may save reads but never decide: the block is validated like a
+// read one (a forged ordinal -1, 2^40 or one outside the block is refused,
+// and the caller reads the store instead), and a commit that changes it is
+// guarded by the hinted bytes as well as the version (kv.Cond.Value). A
+// version alone does not prove a value: a hint file edited to put a held
+// ordinal at the front of the free queue keeps a valid block and the right
+// version. The value condition makes the store itself confirm, in the
+// transaction, that the block the allocator computed from is the stored
+// one, whoever wrote the hint — without a read, and without a secret that
+// whoever can write hint files might also read. It costs the block's bytes
+// once more in the request, only when a hinted block is written.
+func (p *plan) rememberHinted(e kv.KeyValue) error { return p.add(e, true) }
+
+func (p *plan) add(e kv.KeyValue, hinted bool) error {
 	if _, ok := p.blocks[e.Key]; ok {
 		return nil
 	}
-	pb := &planBlock{version: e.Version, exists: e.Version != 0, raw: e.Value}
+	pb := &planBlock{version: e.Version, exists: e.Version != 0, raw: e.Value, hinted: hinted && e.Version != 0}
 	if pb.exists {
-		b, ok := p.cache.get(e.Key, e.Version)
+		b, ok := p.cache.get(e.Key, e.Version, e.Value)
 		if !ok {
 			var err error
-			if b, err = decode[ipam.Block](e); err != nil {
+			if b, err = decodeBlock(e); err != nil {
 				return err
 			}
-			p.cache.put(e.Key, e.Version, b)
+			// The cache matches bytes, so caching what a hint said is
+			// safe: it is found only for these very bytes.
+			p.cache.put(e.Key, e.Version, e.Value, b)
 		}
 		pb.block = b
 	}
@@ -93,16 +117,20 @@ func (p *plan) update(key string, b ipam.Block) {
 // each dirty block's new value and version in the plan.
 func (p *plan) commit(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
 	var written []*planBlock
+	var raws [][]byte
 	for _, key := range p.order {
 		pb := p.blocks[key]
 		if !pb.dirty {
 			continue
 		}
 		raw := Encode(pb.block)
-		conds = append(conds, kv.Cond{Key: key, Version: pb.version})
+		c := kv.Cond{Key: key, Version: pb.version}
+		if pb.hinted {
+			c.Value = pb.raw
+		}
+		conds = append(conds, c)
 		ops = append(ops, kv.Op{Key: key, Value: raw})
-		pb.raw = raw
-		written = append(written, pb)
+		written, raws = append(written, pb), append(raws, raw)
 	}
 	conds = append(conds, p.conds...)
 	ops = append(ops, p.ops...)
@@ -110,9 +138,9 @@ func (p *plan) commit(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64,
 	if err != nil {
 		return 0, err
 	}
-	for _, pb := range written {
-		pb.version, pb.exists, pb.dirty, pb.written = rev, true, false, true
-		p.cache.put(BlockKey(pb.block.Pool, pb.block.CIDR), rev, pb.block)
+	for i, pb := range written {
+		pb.raw, pb.version, pb.exists, pb.dirty, pb.written, pb.hinted = raws[i], rev, true, false, true, false
+		p.cache.put(BlockKey(pb.block.Pool, pb.block.CIDR), rev, pb.raw, pb.block)
 	}
 	return rev, nil
 }

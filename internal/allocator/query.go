@@ -28,14 +28,42 @@ func listDecoded[T any](ctx context.Context, s kv.Store, prefix string) ([]T, er
 	return out, nil
 }
 
-// Handle returns a handle and whether it exists.
+// Handle returns a handle and whether it exists. A handle of the
+// attachment stored under the ID earlier versions gave it is found too
+// (see handleid.go).
 func (a *Allocator) Handle(ctx context.Context, id string) (ipam.Handle, bool, error) {
-	es, err := a.store.Get(ctx, HandleKey(id))
-	if err != nil || es[0].Version == 0 {
+	e, err := a.getHandle(ctx, id)
+	if err != nil || e.Version == 0 {
 		return ipam.Handle{}, false, err
 	}
-	h, err := decode[ipam.Handle](es[0])
+	h, err := decode[ipam.Handle](e)
 	return h, err == nil, err
+}
+
+// getHandle reads the entry of handle id: under id, or, when absent there,
+// this attachment's handle under the legacy form of id (one Get either
+// way). The entry has Version 0 when neither exists.
+func (a *Allocator) getHandle(ctx context.Context, id string) (kv.KeyValue, error) {
+	keys := []string{HandleKey(id)}
+	legacy, hasLegacy := legacyOf(id)
+	if hasLegacy {
+		keys = append(keys, legacy.key)
+	}
+	es, err := a.store.Get(ctx, keys...)
+	if err != nil {
+		return kv.KeyValue{}, err
+	}
+	if es[0].Version != 0 || !hasLegacy || es[1].Version == 0 {
+		return es[0], nil
+	}
+	old, err := decode[ipam.Handle](es[1])
+	if err != nil {
+		return kv.KeyValue{}, err
+	}
+	if !legacy.owns(old) {
+		return es[0], nil // another attachment's, which shared the name
+	}
+	return es[1], nil
 }
 
 // Handles returns every handle, sorted by ID.
@@ -49,7 +77,19 @@ func (a *Allocator) Blocks(ctx context.Context, pool string) ([]ipam.Block, erro
 	if pool != "" {
 		prefix += pool + "/"
 	}
-	return listDecoded[ipam.Block](ctx, a.store, prefix)
+	es, err := a.store.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ipam.Block, 0, len(es))
+	for _, e := range es {
+		b, err := decodeBlock(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // Block returns the block holding addr (or with prefix cidr) in its pool.
@@ -66,7 +106,7 @@ func (a *Allocator) Block(ctx context.Context, cidr netip.Prefix) (ipam.Pool, ip
 	if es[0].Version == 0 {
 		return pool, ipam.Block{}, fmt.Errorf("%w: block %s of pool %q is not claimed", ErrNotAllocated, blk, pool.Name)
 	}
-	b, err := decode[ipam.Block](es[0])
+	b, err := decodeBlock(es[0])
 	return pool, b, err
 }
 
