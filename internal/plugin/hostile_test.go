@@ -233,3 +233,24 @@ func TestAddRejectsLongContainerID(t *testing.T) {
 		t.Fatalf("ADD with a 253-byte container ID: %v", err)
 	}
 }
+
+// TestUnusableDatastorePath: a datastore path that is a regular file, or
+// lies under one, is code 7 naming the path (it was the internal 999), and
+// the file is left as it was.
+func TestUnusableDatastorePath(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{file, filepath.Join(file, "store")} {
+		h := newHarness(t)
+		h.dir = path
+		_, err := h.add("c1", h.conf("1.0.0", v4Ranges))
+		if err == nil || cniCode(t, err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), "not-a-dir") {
+			t.Fatalf("ADD with datastore path %s = %v, want code 7 naming it", path, err)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep\n" {
+		t.Fatalf("the file is now %q, %v", b, err)
+	}
+}
