@@ -1,0 +1,195 @@
+package webui
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+)
+
+// maxResults bounds a search's answer.
+const maxResults = 50
+
+// searchView is GET /api/search?q=.
+type searchView struct {
+	Query   string         `json:"query"`
+	Results []searchResult `json:"results"`
+	// More is set when results were left out.
+	More bool `json:"more,omitempty"`
+}
+
+// searchResult is one hit; the page jumps to its block (and address).
+type searchResult struct {
+	// Kind is "address", "block", "pod", "node" or "handle".
+	Kind  string       `json:"kind"`
+	Label string       `json:"label"`
+	Pool  string       `json:"pool,omitempty"`
+	Block netip.Prefix `json:"block,omitzero"`
+	Addr  netip.Addr   `json:"addr,omitzero"`
+	Node  string       `json:"node,omitempty"`
+	// rank orders hits: exact before prefix before substring matches.
+	rank int
+}
+
+// search finds q as an address, a block, or a pod, node, container or
+// handle name (case-insensitive; exact matches first). m.mu must be held
+// for reading.
+func (m *model) search(q string) searchView {
+	q = strings.TrimSpace(q)
+	out := searchView{Query: q, Results: []searchResult{}}
+	if q == "" {
+		return out
+	}
+	if ref, bare, err := parseBlockRef(q); err == nil {
+		for _, name := range slices.Sorted(mapKeys(m.pools)) {
+			p := m.pools[name].pool
+			if !p.CIDR.Contains(ref.Addr()) {
+				continue
+			}
+			blk, _ := ref.Addr().Prefix(p.BlockSize)
+			if !bare {
+				out.Results = append(out.Results, searchResult{Kind: "block", Label: fmt.Sprintf("block %s of pool %s", blk, name),
+					Pool: name, Block: blk, Node: m.blockNode(name, blk)})
+				continue
+			}
+			bs := m.blocks[allocator.BlockKey(name, blk)]
+			label := ref.Addr().String() + " "
+			r := searchResult{Kind: "address", Pool: name, Block: blk, Addr: ref.Addr()}
+			if bs == nil {
+				label += "— free (block " + blk.String() + " is not claimed)"
+				if !p.Permits(ref.Addr()) {
+					label = ref.Addr().String() + " — reserved: " + reserveReason(p, ref.Addr())
+				}
+			} else {
+				ord, _ := bs.b.Ordinal(ref.Addr())
+				av := m.addrState(bs.b, &p, ord)
+				r.Node = av.Node
+				label += "— " + describe(av)
+			}
+			r.Label = label
+			out.Results = append(out.Results, r)
+		}
+		return out
+	}
+	lq := strings.ToLower(q)
+	rank := func(s string) int {
+		ls := strings.ToLower(s)
+		switch {
+		case ls == lq:
+			return 0
+		case strings.HasPrefix(ls, lq):
+			return 1
+		case strings.Contains(ls, lq):
+			return 2
+		}
+		return -1
+	}
+	var res []searchResult
+	// Nodes: jump to their first block.
+	first := map[string]*blockState{}
+	for _, bs := range m.blocks {
+		if n := bs.b.Node; n != "" {
+			if f := first[n]; f == nil || bs.b.CIDR.Addr().Less(f.b.CIDR.Addr()) {
+				first[n] = bs
+			}
+		}
+	}
+	nodes := map[string]bool{}
+	for n := range first {
+		nodes[n] = true
+	}
+	for n := range m.podCount {
+		if n != "" {
+			nodes[n] = true
+		}
+	}
+	for n := range nodes {
+		r := rank(n)
+		if r < 0 {
+			continue
+		}
+		sr := searchResult{Kind: "node", Node: n, rank: r, Label: fmt.Sprintf("node %s", n)}
+		if f := first[n]; f != nil {
+			sr.Pool, sr.Block = f.b.Pool, f.b.CIDR
+			sr.Label += fmt.Sprintf(" — first block %s", f.b.CIDR)
+		} else {
+			sr.Label += " — claims no block"
+		}
+		res = append(res, sr)
+	}
+	// Pods, containers and handles: one hit per address.
+	for _, h := range m.handles {
+		best, kind := -1, ""
+		pod := h.pod
+		if h.namespace != "" && pod != "" {
+			pod = h.namespace + "/" + h.pod
+		}
+		for _, c := range []struct{ kind, s string }{{"pod", h.pod}, {"pod", pod}, {"handle", h.containerID}, {"handle", h.id}} {
+			if c.s == "" {
+				continue
+			}
+			if r := rank(c.s); r >= 0 && (best < 0 || r < best) {
+				best, kind = r, c.kind
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		name := pod
+		if kind == "handle" || name == "" {
+			name = "handle " + h.id
+		}
+		for _, ip := range h.ips {
+			res = append(res, searchResult{Kind: kind, rank: best, Pool: ip.Pool, Block: ip.Block, Addr: ip.Addr, Node: h.node,
+				Label: fmt.Sprintf("%s — %s on %s", name, ip.Addr, nodeOrNone(h.node))})
+		}
+	}
+	slices.SortFunc(res, func(a, b searchResult) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.Label, b.Label))
+	})
+	if len(res) > maxResults {
+		res, out.More = res[:maxResults], true
+	}
+	out.Results = append(out.Results, res...)
+	return out
+}
+
+func nodeOrNone(n string) string {
+	if n == "" {
+		return "no node"
+	}
+	return n
+}
+
+func describe(av addrView) string {
+	who := av.Pod
+	if av.Namespace != "" && who != "" {
+		who = av.Namespace + "/" + who
+	}
+	if who == "" {
+		who = "handle " + av.Handle
+	}
+	switch av.State {
+	case stateFree:
+		return "free"
+	case stateReserved:
+		return "reserved: " + av.Reason
+	case stateOrphan:
+		return "held by handle " + av.Handle + ", which does not exist"
+	case stateLeak:
+		return "leak candidate: " + av.Leak.Reason
+	case stateBorrowed:
+		return fmt.Sprintf("%s on %s (borrowed)", who, av.Node)
+	}
+	return fmt.Sprintf("%s on %s", who, nodeOrNone(av.Node))
+}
+
+func (m *model) blockNode(pool string, blk netip.Prefix) string {
+	if bs := m.blocks[allocator.BlockKey(pool, blk)]; bs != nil {
+		return bs.b.Node
+	}
+	return ""
+}
