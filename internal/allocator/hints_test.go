@@ -98,6 +98,10 @@ func TestHints(t *testing.T) {
 			// Fill n1's block through a, so a's hint says it is full.
 			var last ipam.Handle
 			for i := 3; ; i++ {
+				if size := (ipam.Block{CIDR: fam.pool.BlockAt(0)}).Size(); i > 3+size {
+					// Stop instead of looping until the test times out.
+					t.Fatalf("%d allocations and the first block (%d addresses) still has room", i, size)
+				}
 				blocks, err := a.Blocks(ctx, "p")
 				if err != nil {
 					t.Fatal(err)
