@@ -14,10 +14,13 @@ import (
 //
 // A hint is never trusted, only used to skip reads: an allocation whose
 // hint holds every version it needs computes its change from the hint and
-// commits it guarded by those versions and by the handle's absence, so a
-// stale hint makes the commit fail, and the allocation then reads the
-// store as if there had been no hint. A hint whose blocks are full makes
-// the allocation list the node's affinity index before it claims a block.
+// commits it guarded by those versions, by the hinted values themselves
+// (kv.Cond.Value) and by the handle's absence, so a stale or forged hint
+// makes the commit fail, and the allocation then reads the store as if
+// there had been no hint. Hinted blocks are validated like stored ones. A
+// hint whose blocks are full makes the allocation list the node's affinity
+// index before it claims a block; a release takes the handle's blocks from
+// its node's hint the same way.
 type Hint struct {
 	Entries []kv.KeyValue `json:"entries"`
 }
