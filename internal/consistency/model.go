@@ -161,14 +161,15 @@ func (m *model) deleteAff(key string) {
 }
 
 // recoveredHandle rebuilds the record of a handle known only by its ID
-// ("<network>.<container ID>.<ifname>" when the plugin made it).
+// (ipam.HandleID's "<network>.<container ID>.<ifname>" when the plugin
+// made it). An ID that does not split into exactly those parts (a name
+// earlier versions gave an attachment with a dot in a part, which could be
+// either of several attachments) gets no attachment: guessing one could
+// let another attachment's DEL or GC release the address.
 func recoveredHandle(id, node string) *ipam.Handle {
 	h := &ipam.Handle{ID: id, Node: node}
-	if i := strings.LastIndexByte(id, '.'); i > 0 {
-		rest := id[:i]
-		if j := strings.LastIndexByte(rest, '.'); j > 0 {
-			h.Network, h.ContainerID, h.IfName = rest[:j], rest[j+1:], id[i+1:]
-		}
+	if n, c, i, ok := ipam.ParseHandleID(id); ok {
+		h.Network, h.ContainerID, h.IfName = n, c, i
 	}
 	return h
 }
