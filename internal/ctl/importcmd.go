@@ -116,6 +116,11 @@ with --config or the IPKEEPER_* environment. Running an import again
 changes nothing; state that disagrees is refused, nothing written.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// An empty --ifname would otherwise mean the default: a name
+			// no CNI DEL can send is refused, nothing read or written.
+			if err := calico.CheckIfName(opts.IfName); err != nil {
+				return fmt.Errorf("--ifname %q: %w", opts.IfName, err)
+			}
 			for _, s := range poolCIDRs {
 				p, err := netip.ParsePrefix(s)
 				if err != nil {
@@ -159,7 +164,7 @@ changes nothing; state that disagrees is refused, nothing written.`,
 	f.StringVar(&ec.CertFile, "etcd-cert", "", "client certificate for Calico's etcd")
 	f.StringVar(&ec.KeyFile, "etcd-key", "", "client key for Calico's etcd")
 	f.StringSliceVar(&poolCIDRs, "pool-cidr", nil, "CIDR of a Calico IPPool: its blocks become one ipkeeper pool (repeatable)")
-	f.StringVar(&opts.IfName, "ifname", "eth0", "interface name completing Calico's handle IDs")
+	f.StringVar(&opts.IfName, "ifname", "eth0", "interface name completing Calico's handle IDs (the pods' CNI_IFNAME)")
 	f.BoolVar(&dryRun, "dry-run", false, "check and print what would be imported, write nothing")
 	return cmd
 }

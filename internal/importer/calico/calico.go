@@ -2,12 +2,14 @@ package calico
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/ipkeeper/ipkeeper/internal/importer"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -22,9 +24,34 @@ type Options struct {
 	// IfName completes Calico's "<network>.<container ID>" handle IDs into
 	// ipkeeper's "<network>.<container ID>.<ifname>", so that the CNI DEL
 	// of a running pod, once ipkeeper is its IPAM, releases the imported
-	// handle. Default "eth0".
+	// handle. It must be a name a runtime can pass as CNI_IFNAME
+	// (CheckIfName). Default "eth0".
 	IfName string
 }
+
+// ErrInvalidOption means an Options field cannot work.
+var ErrInvalidOption = errors.New("invalid Calico import option")
+
+// CheckIfName reports why name cannot be the interface name of a CNI
+// attachment, by the rule runtimes (libcni) apply to CNI_IFNAME: 1 to 15
+// bytes, not "." or "..", without '/', ':' or white space. Handles named
+// with any other interface name would never be matched by a CNI DEL.
+func CheckIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: interface name is empty", ErrInvalidOption)
+	case len(name) > maxIfNameBytes:
+		return fmt.Errorf("%w: interface name %q is %d bytes, longer than %d", ErrInvalidOption, name, len(name), maxIfNameBytes)
+	case name == "." || name == "..":
+		return fmt.Errorf("%w: interface name %q is . or ..", ErrInvalidOption, name)
+	case strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == ':' || unicode.IsSpace(r) }):
+		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidOption, name)
+	}
+	return nil
+}
+
+// maxIfNameBytes is the kernel's IFNAMSIZ less the terminating NUL.
+const maxIfNameBytes = 15
 
 // PoolName is the name of the ipkeeper pool made for a Calico IPPool (or
 // block) CIDR: "calico-" and the CIDR with '/' and ':' replaced by '-'.
@@ -73,6 +100,9 @@ type state struct {
 func Plan(kvs []KV, opts Options) (*importer.Plan, error) {
 	if opts.IfName == "" {
 		opts.IfName = "eth0"
+	}
+	if err := CheckIfName(opts.IfName); err != nil {
+		return nil, fmt.Errorf("ifname: %w", err)
 	}
 	b := importer.NewBuilder("calico")
 	st, err := sortOut(kvs, b)
