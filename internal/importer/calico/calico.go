@@ -43,7 +43,7 @@ func CheckIfName(name string) error {
 	case len(name) > maxIfNameBytes:
 		return fmt.Errorf("%w: interface name %q is %d bytes, longer than %d", ErrInvalidOption, name, len(name), maxIfNameBytes)
 	case name == "." || name == "..":
-		return fmt.Errorf("%w: interface name %q is . or ..", ErrInvalidOption, name)
+		return fmt.Errorf("%w: interface name %q is a directory name (. or ..) and cannot be an interface", ErrInvalidOption, name)
 	case strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == ':' || unicode.IsSpace(r) }):
 		return fmt.Errorf("%w: interface name %q contains '/', ':' or white space", ErrInvalidOption, name)
 	}
