@@ -18,13 +18,19 @@
 // Failures to reach a member fail over to the next endpoint and are retried
 // with jittered backoff until the request timeout; what remains wraps
 // kv.ErrUnavailable. A transaction whose answer was lost after it may have
-// reached etcd (a member killed mid-request) is resolved before Txn
-// returns: it is sent again and, when that fails its compares, the keys are
-// read back to see whether the first one applied. Values written by the
+// reached etcd (a member killed mid-request, a dropped connection) is
+// resolved before Txn returns, even when the caller's context has ended:
+// it is sent again and, when that fails its compares, the keys are read
+// back to see whether the lost attempt applied; a failed compare is never
+// taken at its word after a lost answer. Values written by the
 // allocator are unique (they name the handle), which makes the read-back
 // exact; when a key the transaction wrote was changed again meanwhile, Txn
 // reports a conflict and the caller's re-read finds the truth (the
 // allocator re-reads the handle, whose key only its owner writes).
+//
+// Limits reports etcd's default transaction limits (128 operations, 1.5
+// MiB), and Txn refuses a larger transaction with ErrTooLarge before
+// sending it.
 //
 // Errors name endpoints (host:port) but never keys, values or credentials.
 package etcd
