@@ -16,8 +16,8 @@ import (
 type noHints struct{}
 
 func (noHints) Load(string) (allocator.Hint, bool) { return allocator.Hint{}, false }
-func (noHints) Store(string, allocator.Hint)        {}
-func (noHints) Forget(string)                       {}
+func (noHints) Store(string, allocator.Hint)       {}
+func (noHints) Forget(string)                      {}
 
 // BenchmarkReleaseEtcd measures Release against a real embedded etcd,
 // with the node's hint warm (as the plugin keeps it in files) and without
