@@ -191,7 +191,9 @@ func itoa(i int) string {
 	return string(b)
 }
 
-func urlQuery(s string) string { return strings.NewReplacer("/", "%2F", ":", "%3A", " ", "+").Replace(s) }
+func urlQuery(s string) string {
+	return strings.NewReplacer("/", "%2F", ":", "%3A", " ", "+").Replace(s)
+}
 
 // TestAPIErrors: malformed and unknown references are refused with a
 // message naming them, and nothing but GET and HEAD is served.

@@ -87,12 +87,13 @@ func maxVersion(es []kv.KeyValue) int64 {
 	return v
 }
 
-// pollFeed reads the whole state every interval, when something may have
-// changed. With file set (the local store) it first looks at the file:
-// only a changed modification time, size or inode (or a change less than
-// an interval old, which the file system's timestamp granularity could
-// hide) makes it open the store, and an unchanged revision ends the read
-// there. The store is opened and closed per read unless keep is set.
+// pollFeed reads the whole state when something may have changed. With
+// file set (the local store) it is woken by writes to the file (inotify,
+// where there is one; the store is then opened at most once per interval)
+// and looks at the file every interval: only a notification or a changed
+// modification time, size or inode makes it open the store, and an
+// unchanged revision ends the read there. The store is opened and closed
+// per read unless keep is set. Without file it reads every interval.
 type pollFeed struct {
 	open  func(ctx context.Context) (kv.Store, error)
 	keep  bool
@@ -103,6 +104,12 @@ type pollFeed struct {
 	stamp   fileStamp
 	lastRev int64
 	read    bool
+	// notify reports writes to file (inotify), when available.
+	notify <-chan struct{}
+	// force makes the next poll read whatever the file's stamp says.
+	force bool
+	// opened is when the store was last opened.
+	opened time.Time
 }
 
 type fileStamp struct {
@@ -112,6 +119,9 @@ type fileStamp struct {
 }
 
 func (f *pollFeed) run(ctx context.Context) {
+	if f.file != "" {
+		f.notify = watchFile(ctx, f.file)
+	}
 	t := time.NewTicker(f.every)
 	defer t.Stop()
 	for {
@@ -120,6 +130,17 @@ func (f *pollFeed) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-f.notify:
+			// The file was written: read now, but open the store at most
+			// once per interval.
+			if wait := f.every - time.Since(f.opened); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			f.force = true
 		}
 	}
 }
@@ -141,10 +162,14 @@ func (f *pollFeed) poll(ctx context.Context) {
 			return
 		}
 		st := fileStamp{mod: fi.ModTime(), size: fi.Size(), ino: inode(fi)}
-		recent := time.Since(st.mod) < 2*f.every
-		if f.read && st == f.stamp && !recent {
+		// Without notifications, a change less than two intervals old
+		// is read again: a second write within the file system's
+		// timestamp granularity would leave the stamp as it was.
+		recent := f.notify == nil && time.Since(st.mod) < 2*f.every
+		if f.read && st == f.stamp && !recent && !f.force {
 			return
 		}
+		f.force = false
 		if err := f.load(ctx); err != nil {
 			f.m.setStatus(err)
 			return
@@ -161,6 +186,7 @@ func (f *pollFeed) poll(ctx context.Context) {
 }
 
 func (f *pollFeed) load(ctx context.Context) error {
+	f.opened = time.Now()
 	st, err := f.open(ctx)
 	if err != nil {
 		return err

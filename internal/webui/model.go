@@ -42,7 +42,7 @@ type model struct {
 	byID     map[string]*handleState           // by handle ID
 	podCount map[string]int                    // node -> handles
 	leaks    map[netip.Addr]LeakCandidate
-	leakList []LeakCandidate // as last reported, sorted
+	leakList []LeakCandidate   // as last reported, sorted
 	bad      map[string]string // undecodable keys -> why
 	strs     map[string]string // interned node and namespace names
 }
