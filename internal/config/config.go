@@ -17,8 +17,12 @@ import (
 )
 
 // ErrInvalid is wrapped by every validation error of this package, so callers
-// can map it to CNI error code 4 (invalid network config).
+// can map it to CNI error code 7 (invalid network config).
 var ErrInvalid = errors.New("invalid network config")
+
+// ErrNoPodCIDR is wrapped by ParseForNode's error when the node has no pod
+// CIDR of a family a usePodCidr range needs (no pool for this node).
+var ErrNoPodCIDR = errors.New("node has no pod CIDR")
 
 // FieldError is a validation error that names the offending key.
 // It wraps ErrInvalid.
@@ -64,6 +68,10 @@ type Range struct {
 	Gateway netip.Addr
 	// Exclude lists masked CIDRs, each overlapping Subnet, never handed out.
 	Exclude []netip.Prefix
+	// UsePodCIDR is 4 or 6 for a range whose subnet is "usePodCidr" or
+	// "usePodCidrIPv6": the node's pod CIDR of that family. Parse leaves
+	// Subnet zero; ParseForNode fills it in and sets UsePodCIDR to 0.
+	UsePodCIDR int
 }
 
 // Bounds returns the first and last address the range spans: RangeStart and
@@ -130,6 +138,22 @@ type IPAM struct {
 	// Exclude is ipam.exclude as given (masked). With ranges each entry is also
 	// copied into every Range it overlaps; with pools the allocator applies it.
 	Exclude []netip.Prefix
+	// Kubeconfig is ipam.kubernetes.kubeconfig: pod-aware allocation reads
+	// the pod, its namespace and the node with it; "" when off.
+	Kubeconfig string
+}
+
+// NeedsPodCIDR reports whether a range uses the node's pod CIDR of the
+// family (4 or 6): the config must then be parsed again with ParseForNode.
+func (c *IPAM) NeedsPodCIDR(family int) bool {
+	for _, set := range c.RangeSets {
+		for _, r := range set {
+			if r.UsePodCIDR == family {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // environment is what parsing may consult besides the config itself.
@@ -138,6 +162,9 @@ type environment struct {
 	hostname func() (string, error)
 	// readFile reads a file named by the config (resolvConf).
 	readFile func(path string) ([]byte, error)
+	// podCIDRs, when not nil, are the node's pod CIDRs that "usePodCidr"
+	// and "usePodCidrIPv6" ranges stand for.
+	podCIDRs []netip.Prefix
 }
 
 // osEnvironment is the environment of the running process.
@@ -173,6 +200,16 @@ var networkNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 // Every validation error wraps ErrInvalid.
 func Parse(netconf []byte) (*IPAM, error) {
 	return parse(netconf, osEnvironment())
+}
+
+// ParseForNode is Parse with the node's pod CIDRs (its Node's
+// spec.podCIDRs) in place of "usePodCidr" (IPv4) and "usePodCidrIPv6"
+// subnets; the resulting ranges are validated like any other. A family
+// the node has no pod CIDR of is an error wrapping ErrNoPodCIDR.
+func ParseForNode(netconf []byte, podCIDRs []netip.Prefix) (*IPAM, error) {
+	env := osEnvironment()
+	env.podCIDRs = append([]netip.Prefix{}, podCIDRs...)
+	return parse(netconf, env)
 }
 
 // rawNetconf holds the top-level keys Parse looks at.

@@ -24,6 +24,7 @@ func fuzzSeeds() [][]byte {
 			"ipRanges": [{"range": "fd00::10-fd00::20/64", "range_start": "fd00::10", "exclude": ["fd00::18/126"]}],
 			"datastore": "etcd", "etcd_host": "e1:2379,e2:2379", "network_name": "n"}`),
 		conf(`{"type": "ipkeeper", "ranges": [[{"subnet": "10.0.0.0/31"}]]}`),
+		conf(`{"type": "ipkeeper", "kubernetes": {"kubeconfig": "/k"}, "ranges": [[{"subnet": "usePodCidr"}], [{"subnet": "usePodCidrIPv6"}]]}`),
 		[]byte(`{"name": "x", "ipam": {,}}`),
 	}
 	return seeds

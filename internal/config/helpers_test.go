@@ -126,6 +126,12 @@ func checkInvariants(t testing.TB, c *IPAM) {
 			fail("empty range set %d", i)
 		}
 		for _, r := range set {
+			if r.UsePodCIDR != 0 {
+				if c.Kubeconfig == "" || r.Subnet.IsValid() || (r.UsePodCIDR != 4 && r.UsePodCIDR != 6) {
+					fail("usePodCidr placeholder %+v", r)
+				}
+				continue
+			}
 			s := r.Subnet
 			if !s.IsValid() || s != s.Masked() || s.Addr().Is4In6() {
 				fail("subnet %v not valid and masked", s)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -23,6 +24,7 @@ type rawIPAM struct {
 	Exclude        json.RawMessage `json:"exclude"`
 	StrictAffinity json.RawMessage `json:"strictAffinity"`
 	DNS            json.RawMessage `json:"dns"`
+	Kubernetes     json.RawMessage `json:"kubernetes"`
 
 	// host-local's keys (ranges also belongs to ipkeeper's syntax).
 	Ranges     json.RawMessage `json:"ranges"`
@@ -108,6 +110,11 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 	if out.NodeName, err = nodeName(ri.NodeName, env); err != nil {
 		return err
 	}
+	if present(ri.Kubernetes) {
+		if out.Kubeconfig, err = kubeconfig(ri.Kubernetes); err != nil {
+			return err
+		}
+	}
 	if present(ri.Pools) {
 		if out.Pools, err = pools(ri.Pools); err != nil {
 			return err
@@ -125,6 +132,9 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 		specs, err = hostLocalRanges(&ri)
 	}
 	if err != nil {
+		return err
+	}
+	if err := podCIDRRanges(specs, out, env); err != nil {
 		return err
 	}
 	if err := checkRanges(specs); err != nil {
@@ -268,6 +278,9 @@ func blockSizes(ri *rawIPAM, out *IPAM, specs []*rangeSpec) error {
 		}
 	}
 	for _, s := range specs {
+		if s.r.UsePodCIDR != 0 {
+			continue
+		}
 		key, size := "ipam.blockSize", out.BlockSize
 		if s.r.Subnet.Addr().Is6() {
 			key, size = "ipam.ipv6BlockSize", out.BlockSizeV6
@@ -278,4 +291,33 @@ func blockSizes(ri *rawIPAM, out *IPAM, specs []*rangeSpec) error {
 		}
 	}
 	return nil
+}
+
+// kubeconfig decodes ipam.kubernetes: {"kubeconfig": "/absolute/path"}.
+func kubeconfig(raw json.RawMessage) (string, error) {
+	var rk struct {
+		Kubeconfig json.RawMessage `json:"kubeconfig"`
+	}
+	if err := object(raw, "ipam.kubernetes", &rk); err != nil {
+		return "", err
+	}
+	const key = "ipam.kubernetes.kubeconfig"
+	if !present(rk.Kubeconfig) {
+		return "", invalid(key, "is missing: pod-aware allocation reads the Kubernetes API with the kubeconfig it names")
+	}
+	p, err := str(rk.Kubeconfig, key)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case p == "":
+		return "", invalid(key, "is empty")
+	case strings.ContainsRune(p, 0):
+		return "", invalid(key, "%s contains a NUL byte", quote(p))
+	case len(p) > MaxPathLength:
+		return "", invalid(key, "is %d bytes long, more than the limit of %d", len(p), MaxPathLength)
+	case !filepath.IsAbs(p):
+		return "", invalid(key, "%s is not an absolute path", quote(p))
+	}
+	return filepath.Clean(p), nil
 }

@@ -129,6 +129,8 @@ func TestParseAccepted(t *testing.T) {
 					[]Range{{Subnet: pfx("fd00::/64"), RangeStart: addr("fd00::5"), RangeEnd: addr("fd00::50"),
 						Exclude: pfxs("fd00::8/126", "fd00::40/128")}})
 				w.NetworkName, w.Exclude = "blue", pfxs("10.0.0.8/30", "10.0.0.40/32")
+				// Whereabouts' kubernetes.kubeconfig turns pod-aware allocation on.
+				w.Kubeconfig = "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"
 				return w
 			},
 		},

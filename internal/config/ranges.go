@@ -79,11 +79,45 @@ func hostLocalRanges(ri *rawIPAM) ([]*rangeSpec, error) {
 		}
 	}
 	for _, s := range specs {
-		if !s.r.Gateway.IsValid() {
+		if !s.r.Gateway.IsValid() && s.r.UsePodCIDR == 0 {
 			s.r.Gateway = s.r.Subnet.Addr().Next()
 		}
 	}
 	return specs, nil
+}
+
+// podCIDRKeywords are the subnets that stand for the node's pod CIDR, as
+// in Calico's host-local mode, with their IP family.
+var podCIDRKeywords = map[string]int{"usePodCidr": 4, "usePodCidrIPv6": 6}
+
+// podCIDRRanges checks usePodCidr ranges and, when the environment holds
+// the node's pod CIDRs, puts them in (with the subnet's first address as
+// gateway, as for any host-local range); otherwise they stay placeholders.
+func podCIDRRanges(specs []*rangeSpec, out *IPAM, env environment) error {
+	for _, s := range specs {
+		fam := s.r.UsePodCIDR
+		if fam == 0 {
+			continue
+		}
+		word := map[int]string{4: "usePodCidr", 6: "usePodCidrIPv6"}[fam]
+		if out.Kubeconfig == "" {
+			return invalid(s.subnetKey, "%q needs ipam.kubernetes.kubeconfig: the subnet is the Node's spec.podCIDRs, read from the Kubernetes API", word)
+		}
+		if env.podCIDRs == nil {
+			continue
+		}
+		i := slices.IndexFunc(env.podCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() == (fam == 4) })
+		if i < 0 {
+			return fmt.Errorf("%w: %s %q: node %q has no %s pod CIDR (spec.podCIDRs: %v)",
+				ErrNoPodCIDR, s.subnetKey, word, out.NodeName, map[int]string{4: "IPv4", 6: "IPv6"}[fam], env.podCIDRs)
+		}
+		p := env.podCIDRs[i].Masked()
+		if p.Addr().Is4In6() {
+			return fmt.Errorf("%w: %s %q: node %q has the IPv4-mapped pod CIDR %s", ErrNoPodCIDR, s.subnetKey, word, out.NodeName, p)
+		}
+		s.r.Subnet, s.r.UsePodCIDR, s.r.Gateway = p, 0, p.Addr().Next()
+	}
+	return nil
 }
 
 // hostLocalRange decodes one host-local range object found at path.
@@ -96,6 +130,13 @@ func hostLocalRange(rr rawRange, path, name string, set int) (*rangeSpec, error)
 	sub, err := str(rr.Subnet, s.subnetKey)
 	if err != nil {
 		return nil, err
+	}
+	if fam, ok := podCIDRKeywords[sub]; ok {
+		if k := firstPresent(keyed{s.startKey, rr.RangeStart}, keyed{s.endKey, rr.RangeEnd}, keyed{s.gatewayKey, rr.Gateway}); k != "" {
+			return nil, invalid(k, "cannot be combined with %s %q: the node's pod CIDR is not known in advance", s.subnetKey, sub)
+		}
+		s.r.UsePodCIDR = fam
+		return s, nil
 	}
 	if s.r.Subnet, err = parseCIDR(sub, s.subnetKey); err != nil {
 		return nil, err
@@ -126,24 +167,55 @@ func checkRanges(specs []*rangeSpec) error {
 		return tooMany("ipam", len(specs), MaxRanges, "ranges")
 	}
 	first := map[int]*rangeSpec{} // the first range of each set
+	var known []*rangeSpec        // ranges with a subnet (not usePodCidr placeholders)
 	for _, s := range specs {
-		if err := checkRange(s); err != nil {
-			return err
+		if s.r.UsePodCIDR == 0 {
+			if err := checkRange(s); err != nil {
+				return err
+			}
+			known = append(known, s)
 		}
 		t, ok := first[s.set]
 		if !ok {
 			first[s.set] = s
 			continue
 		}
-		if t.r.Subnet.Addr().Is4() != s.r.Subnet.Addr().Is4() {
+		if specIs4(t) != specIs4(s) {
 			return invalid(s.subnetKey, "%s is %s but %s is %s: a range set holds one IP family",
-				s.r.Subnet, family(s.r.Subnet.Addr()), t.subnetKey, family(t.r.Subnet.Addr()))
+				specSubnet(s), specFamily(s), t.subnetKey, specFamily(t))
 		}
 	}
 	if len(first) > MaxRangeSets {
 		return tooMany("ipam", len(first), MaxRangeSets, "range sets")
 	}
-	return checkRangeOverlaps(specs)
+	return checkRangeOverlaps(known)
+}
+
+// specIs4 reports whether a range (or a usePodCidr placeholder) is IPv4.
+func specIs4(s *rangeSpec) bool {
+	if s.r.UsePodCIDR != 0 {
+		return s.r.UsePodCIDR == 4
+	}
+	return s.r.Subnet.Addr().Is4()
+}
+
+// specFamily names a range's family for messages.
+func specFamily(s *rangeSpec) string {
+	if specIs4(s) {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// specSubnet renders a range's subnet (or placeholder) for messages.
+func specSubnet(s *rangeSpec) string {
+	switch s.r.UsePodCIDR {
+	case 4:
+		return "usePodCidr"
+	case 6:
+		return "usePodCidrIPv6"
+	}
+	return s.r.Subnet.String()
 }
 
 // checkRangeOverlaps reports the first two ranges sharing an address, in
@@ -230,6 +302,10 @@ func assemble(specs []*rangeSpec, global []netip.Prefix, blockV4, blockV6 int) (
 		}
 		r := s.r
 		r.Exclude = nil
+		if r.UsePodCIDR != 0 {
+			sets[s.set] = append(sets[s.set], r) // checked once the pod CIDR is known
+			continue
+		}
 		seen := map[netip.Prefix]bool{}
 		for _, p := range slices.Concat(s.exclude, global) {
 			if p.Overlaps(r.Subnet) && !seen[p] {

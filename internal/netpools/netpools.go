@@ -6,6 +6,7 @@ package netpools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -27,6 +28,10 @@ func (s Set) Names() []string {
 	return out
 }
 
+// ErrPodCIDRUnknown is returned by Planned for a range that stands for the
+// node's pod CIDR (usePodCidr) in a config not parsed for the node.
+var ErrPodCIDRUnknown = errors.New("the node's pod CIDR is not known")
+
 // Planned returns the pools the config's ranges define, without touching
 // any store: one set per range set.
 func Planned(conf *config.IPAM) ([]Set, error) {
@@ -34,6 +39,9 @@ func Planned(conf *config.IPAM) ([]Set, error) {
 	for i, rs := range conf.RangeSets {
 		var set Set
 		for j, r := range rs {
+			if r.UsePodCIDR != 0 {
+				return nil, fmt.Errorf("ipam.ranges[%d][%d]: %w (config.ParseForNode)", i, j, ErrPodCIDRUnknown)
+			}
 			p := FromRange(conf, r)
 			if err := p.Validate(); err != nil {
 				return nil, fmt.Errorf("ipam.ranges[%d][%d]: %w", i, j, err)
@@ -66,8 +74,9 @@ func Resolve(ctx context.Context, a *allocator.Allocator, conf *config.IPAM) (se
 
 func named(ctx context.Context, a *allocator.Allocator, names []string) ([]Set, error) {
 	var v4, v6 Set
+	var all []ipam.Pool // listed once, when a CIDR names a pool
 	for _, n := range names {
-		p, err := a.Pool(ctx, n)
+		p, err := lookup(ctx, a, n, &all)
 		if err != nil {
 			return nil, err
 		}
@@ -126,3 +135,84 @@ func rangeName(r config.Range) string {
 	}
 	return n
 }
+
+// lookup returns the pool named n, or, when n is a CIDR (as Calico's pool
+// annotations may give), the pool whose CIDR it is. all caches the pool
+// list across calls.
+func lookup(ctx context.Context, a *allocator.Allocator, n string, all *[]ipam.Pool) (ipam.Pool, error) {
+	cidr, err := netip.ParsePrefix(n)
+	if err != nil {
+		return a.Pool(ctx, n)
+	}
+	if *all == nil {
+		if *all, err = a.Pools(ctx); err != nil {
+			return ipam.Pool{}, err
+		}
+	}
+	for _, p := range *all {
+		if p.CIDR == cidr.Masked() {
+			return p, nil
+		}
+	}
+	return ipam.Pool{}, fmt.Errorf("%w: no pool has CIDR %s", allocator.ErrPoolNotFound, cidr)
+}
+
+// Override replaces range sets by pools a workload names: all (when not
+// nil) replaces every set, grouped into one set per family as ipam.pools
+// is; otherwise v4 and v6 (when not nil) replace the IPv4 or IPv6 sets by
+// one set of those pools, added when the config has none of that family.
+// Entries are pool names or CIDRs; from names their source in errors.
+// Pools of the wrong family are an error wrapping ErrWrongFamily.
+func Override(ctx context.Context, a *allocator.Allocator, sets []Set, all, v4, v6 []string, from string) ([]Set, error) {
+	if all != nil {
+		out, err := named(ctx, a, all)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		return out, nil
+	}
+	out := sets
+	for _, f := range []struct {
+		names []string
+		is6   bool
+	}{{v4, false}, {v6, true}} {
+		if f.names == nil {
+			continue
+		}
+		var repl Set
+		var cache []ipam.Pool
+		for _, n := range f.names {
+			p, err := lookup(ctx, a, n, &cache)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", from, err)
+			}
+			if p.Is6() != f.is6 {
+				return nil, fmt.Errorf("%s: %w: pool %q (%s) is not %s", from, ErrWrongFamily, p.Name, p.CIDR, map[bool]string{false: "IPv4", true: "IPv6"}[f.is6])
+			}
+			repl = append(repl, p)
+		}
+		var kept []Set
+		placed := false
+		for _, set := range out {
+			if len(set) > 0 && set[0].Is6() == f.is6 {
+				if !placed {
+					kept, placed = append(kept, repl), true
+				}
+				continue
+			}
+			kept = append(kept, set)
+		}
+		if !placed {
+			if f.is6 {
+				kept = append(kept, repl)
+			} else {
+				kept = append([]Set{repl}, kept...)
+			}
+		}
+		out = kept
+	}
+	return out, nil
+}
+
+// ErrWrongFamily: a workload named a pool of the other IP family.
+var ErrWrongFamily = errors.New("pool of the wrong IP family")

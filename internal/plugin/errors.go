@@ -10,6 +10,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/netpools"
+	"github.com/ipkeeper/ipkeeper/internal/podinfo"
 )
 
 // CNI error codes ipkeeper returns besides the spec's well-known ones.
@@ -54,10 +56,17 @@ func cniError(err error) *types.Error {
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	case errors.Is(err, errIO):
 		return types.NewError(types.ErrIOFailure, err.Error(), "")
+	case errors.Is(err, config.ErrNoPodCIDR):
+		return types.NewError(CodeNoPool, err.Error(), "")
 	case errors.Is(err, config.ErrInvalid), errors.Is(err, ipam.ErrInvalidPool),
 		errors.Is(err, datastore.ErrUnsupported), errors.Is(err, datastore.ErrBadPath),
-		errors.Is(err, allocator.ErrPoolConflict), errors.Is(err, allocator.ErrPoolNotFound):
+		errors.Is(err, allocator.ErrPoolConflict), errors.Is(err, allocator.ErrPoolNotFound),
+		errors.Is(err, podinfo.ErrKubeconfig), errors.Is(err, podinfo.ErrDenied),
+		errors.Is(err, podinfo.ErrAnnotation), errors.Is(err, podinfo.ErrNodeNotFound),
+		errors.Is(err, netpools.ErrWrongFamily), errors.Is(err, netpools.ErrPodCIDRUnknown):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	case errors.Is(err, podinfo.ErrUnavailable), errors.Is(err, podinfo.ErrPodNotFound):
+		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	case errors.Is(err, allocator.ErrExhausted):
 		return types.NewError(CodePoolExhausted, err.Error(), "")
 	case errors.Is(err, allocator.ErrNoPool):

@@ -5,6 +5,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,16 +58,28 @@ type session struct {
 	close func()
 }
 
-// open parses the config and opens its datastore. Everything that can be
-// checked without the datastore (the pools the ranges define included) is
-// checked before it is opened, so that bad input never creates one.
-func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
+// prepareFunc adjusts a parsed config before the datastore is opened
+// (pod-aware lookups, the node's pod CIDRs); nil changes nothing.
+type prepareFunc func(context.Context, *config.IPAM) (*config.IPAM, error)
+
+// open parses the config, prepares it and opens its datastore. Everything
+// that can be checked without the datastore (the pools the ranges define
+// included) is checked before it is opened, so that bad input never
+// creates one.
+func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*session, error) {
 	conf, err := config.Parse(stdin)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := netpools.Planned(conf); err != nil {
-		return nil, err
+	if prepare != nil {
+		if conf, err = prepare(ctx, conf); err != nil {
+			return nil, err
+		}
+	}
+	if !conf.NeedsPodCIDR(4) && !conf.NeedsPodCIDR(6) {
+		if _, err := netpools.Planned(conf); err != nil {
+			return nil, err
+		}
 	}
 	store, err := datastore.Open(ctx, conf.Datastore)
 	if err != nil {
@@ -86,13 +99,19 @@ func (p *Plugin) open(ctx context.Context, stdin []byte) (*session, error) {
 // withSession runs fn with the parsed config and the open datastore, under
 // the invocation's timeout, and maps any error to a CNI error with toCNI.
 func (p *Plugin) withSession(stdin []byte, toCNI func(error) *types.Error, fn func(context.Context, *session) error) error {
+	return p.withPreparedSession(stdin, toCNI, nil, fn)
+}
+
+// withPreparedSession is withSession with a prepare step before the
+// datastore is opened.
+func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Error, prepare prepareFunc, fn func(context.Context, *session) error) error {
 	deadline := p.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(Timeout)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	s, err := p.open(ctx, stdin)
+	s, err := p.open(ctx, stdin, prepare)
 	if err == nil {
 		defer s.close()
 		err = fn(ctx, s)
@@ -117,9 +136,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return cniError(err)
 		}
 	}
-	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+	var pa podAware
+	prepare := kubePrepare(args.StdinData, att, true, &pa)
+	return p.withPreparedSession(args.StdinData, cniError, prepare, func(ctx context.Context, s *session) error {
 		sets, define, err := netpools.Resolve(ctx, s.alloc, s.conf)
 		if err != nil {
+			return err
+		}
+		if sets, err = pa.sets(ctx, s.alloc, sets); err != nil {
 			return err
 		}
 		req := allocator.Request{
@@ -134,14 +158,17 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				Pod:         att.Pod,
 				PodUID:      att.PodUID,
 			},
-			Labels: map[string]string{"kubernetes.io/hostname": s.conf.NodeName},
-			Want:   att.IPs,
+			Labels: pa.labels(s.conf.NodeName),
+			Want:   pa.want(att.IPs),
 			Define: define,
 		}
 		for _, set := range sets {
 			req.Sets = append(req.Sets, set.Names())
 		}
 		h, err := s.alloc.Allocate(ctx, req)
+		if errors.Is(err, allocator.ErrNoPool) {
+			return fmt.Errorf("node %q: %w", s.conf.NodeName, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -221,7 +248,8 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // Status fails when the datastore is unusable or a range set has no pool
 // with a free address for this node.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	return p.withSession(args.StdinData, statusError, status)
+	var pa podAware
+	return p.withPreparedSession(args.StdinData, statusError, kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), status)
 }
 
 // statusError maps STATUS failures that mean "cannot serve ADD now" to the

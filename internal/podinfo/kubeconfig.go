@@ -1,0 +1,249 @@
+package podinfo
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// maxFile bounds the files a kubeconfig names (and the kubeconfig itself).
+const maxFile = 1 << 20
+
+// Credentials is what a kubeconfig says about reaching the API server.
+type Credentials struct {
+	// Server is the API server's base URL (https://host:port[/path]).
+	Server *url.URL
+	// TLS holds the CA pool, the client certificate and the server name.
+	TLS *tls.Config
+	// Token is a bearer token ("" for none).
+	Token string
+	// Username and Password are HTTP basic credentials ("" for none).
+	Username, Password string
+}
+
+// rawKubeconfig is the part of the kubeconfig format (clientcmd's v1
+// Config) the plugin understands.
+type rawKubeconfig struct {
+	CurrentContext string `json:"current-context"`
+	Clusters       []struct {
+		Name    string `json:"name"`
+		Cluster struct {
+			Server                   string `json:"server"`
+			CertificateAuthority     string `json:"certificate-authority"`
+			CertificateAuthorityData string `json:"certificate-authority-data"`
+			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+			TLSServerName            string `json:"tls-server-name"`
+			ProxyURL                 string `json:"proxy-url"`
+		} `json:"cluster"`
+	} `json:"clusters"`
+	Users []struct {
+		Name string `json:"name"`
+		User struct {
+			Token                 string          `json:"token"`
+			TokenFile             string          `json:"tokenFile"`
+			ClientCertificate     string          `json:"client-certificate"`
+			ClientCertificateData string          `json:"client-certificate-data"`
+			ClientKey             string          `json:"client-key"`
+			ClientKeyData         string          `json:"client-key-data"`
+			Username              string          `json:"username"`
+			Password              string          `json:"password"`
+			Exec                  json.RawMessage `json:"exec"`
+			AuthProvider          json.RawMessage `json:"auth-provider"`
+		} `json:"user"`
+	} `json:"users"`
+	Contexts []struct {
+		Name    string `json:"name"`
+		Context struct {
+			Cluster string `json:"cluster"`
+			User    string `json:"user"`
+		} `json:"context"`
+	} `json:"contexts"`
+}
+
+// LoadKubeconfig reads the kubeconfig at path and returns the credentials
+// of its current context (or of its only context). Relative file paths in
+// it are relative to the kubeconfig's directory, as with kubectl.
+// Credential plugins (exec, auth-provider) are not supported. Errors wrap
+// ErrKubeconfig and name the path.
+func LoadKubeconfig(path string) (*Credentials, error) {
+	data, err := readSmall(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrKubeconfig, path, err)
+	}
+	c, err := parseKubeconfig(data, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrKubeconfig, path, err)
+	}
+	return c, nil
+}
+
+// parseKubeconfig parses kubeconfig YAML or JSON; dir resolves relative
+// file paths.
+func parseKubeconfig(data []byte, dir string) (*Credentials, error) {
+	var kc rawKubeconfig
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return nil, fmt.Errorf("not a kubeconfig: %w", err)
+	}
+	name := kc.CurrentContext
+	if name == "" {
+		if len(kc.Contexts) != 1 {
+			return nil, fmt.Errorf("no current-context, and %d contexts to choose from", len(kc.Contexts))
+		}
+		name = kc.Contexts[0].Name
+	}
+	ctxIdx := -1
+	for i, c := range kc.Contexts {
+		if c.Name == name {
+			ctxIdx = i
+		}
+	}
+	if ctxIdx < 0 {
+		return nil, fmt.Errorf("context %q is not defined", name)
+	}
+	cx := kc.Contexts[ctxIdx].Context
+	out := &Credentials{TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
+
+	found := false
+	for _, c := range kc.Clusters {
+		if c.Name != cx.Cluster {
+			continue
+		}
+		found = true
+		cl := c.Cluster
+		u, err := url.Parse(cl.Server)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			return nil, fmt.Errorf("cluster %q: server %q is not an http(s) URL", c.Name, cl.Server)
+		}
+		out.Server = u
+		if cl.ProxyURL != "" {
+			return nil, fmt.Errorf("cluster %q: proxy-url is not supported", c.Name)
+		}
+		out.TLS.ServerName = cl.TLSServerName
+		out.TLS.InsecureSkipVerify = cl.InsecureSkipTLSVerify
+		ca, err := dataOrFile(cl.CertificateAuthorityData, cl.CertificateAuthority, dir, "certificate-authority")
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
+		if ca != nil {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(ca) {
+				return nil, fmt.Errorf("cluster %q: certificate-authority holds no PEM certificate", c.Name)
+			}
+			out.TLS.RootCAs = pool
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("context %q: cluster %q is not defined", name, cx.Cluster)
+	}
+
+	found = false
+	for _, u := range kc.Users {
+		if u.Name != cx.User {
+			continue
+		}
+		found = true
+		us := u.User
+		if len(us.Exec) > 0 && string(us.Exec) != "null" || len(us.AuthProvider) > 0 && string(us.AuthProvider) != "null" {
+			return nil, fmt.Errorf("user %q: credential plugins (exec, auth-provider) are not supported; use a token, tokenFile or a client certificate", u.Name)
+		}
+		out.Token = us.Token
+		if out.Token == "" && us.TokenFile != "" {
+			b, err := readSmall(resolve(dir, us.TokenFile))
+			if err != nil {
+				return nil, fmt.Errorf("user %q: tokenFile: %w", u.Name, err)
+			}
+			out.Token = strings.TrimSpace(string(b))
+		}
+		out.Username, out.Password = us.Username, us.Password
+		cert, err := dataOrFile(us.ClientCertificateData, us.ClientCertificate, dir, "client-certificate")
+		if err != nil {
+			return nil, fmt.Errorf("user %q: %w", u.Name, err)
+		}
+		key, err := dataOrFile(us.ClientKeyData, us.ClientKey, dir, "client-key")
+		if err != nil {
+			return nil, fmt.Errorf("user %q: %w", u.Name, err)
+		}
+		switch {
+		case cert != nil && key != nil:
+			pair, err := tls.X509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("user %q: client certificate: %w", u.Name, err)
+			}
+			out.TLS.Certificates = []tls.Certificate{pair}
+		case cert != nil || key != nil:
+			return nil, fmt.Errorf("user %q: a client certificate needs both client-certificate and client-key", u.Name)
+		}
+	}
+	if !found && cx.User != "" {
+		return nil, fmt.Errorf("context %q: user %q is not defined", name, cx.User)
+	}
+	if out.Server.Scheme == "http" && (out.Token != "" || out.Password != "") {
+		return nil, fmt.Errorf("server %s is plain http: credentials would travel in clear text", out.Server)
+	}
+	return out, nil
+}
+
+// dataOrFile returns base64-decoded data, else the named file's content,
+// else nil.
+func dataOrFile(data, file, dir, what string) ([]byte, error) {
+	if data != "" {
+		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(data))
+		if err != nil {
+			return nil, fmt.Errorf("%s-data is not base64: %w", what, err)
+		}
+		return b, nil
+	}
+	if file == "" {
+		return nil, nil
+	}
+	b, err := readSmall(resolve(dir, file))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return b, nil
+}
+
+// resolve makes a kubeconfig's relative path relative to its directory.
+func resolve(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
+// readSmall reads a regular file of at most maxFile bytes without
+// blocking on a FIFO or device.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|nonblock, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > maxFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFile)
+	}
+	return b, nil
+}
