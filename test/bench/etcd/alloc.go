@@ -16,27 +16,83 @@ import (
 
 var handleSeq atomic.Int64
 
+// allocRun is what an allocation measurement leaves behind: the allocator
+// (with its in-memory hints) and the handles it made, per node, so that
+// the release-all measurement can undo them.
+type allocRun struct {
+	result
+	alloc *allocator.Allocator
+	mu    sync.Mutex
+	ids   map[int][]string // node -> handle IDs
+}
+
 // allocBench allocates from c workers for d, worker w's i-th allocation on
 // node (w+i*c) mod nodes. With locked, a node runs one allocation at a
 // time, as the plugin's node lock makes it.
-func allocBench(ctx context.Context, s kv.Store, c, nodes int, locked bool, d time.Duration) result {
-	a := allocator.New(s, nil)
+func allocBench(ctx context.Context, s kv.Store, c, nodes int, locked bool, d time.Duration) *allocRun {
+	run := &allocRun{alloc: allocator.New(s, nil), ids: map[int][]string{}}
 	pool := ipam.Pool{Name: "bench", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26}
-	if _, err := a.EnsurePool(ctx, pool); err != nil {
+	if _, err := run.alloc.EnsurePool(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
 	locks := make([]sync.Mutex, nodes)
-	return measure(c, d, func(w, i int) error {
+	run.result = measure(c, d, func(w, i int) error {
 		n := (w + i*c) % nodes
 		if locked {
 			locks[n].Lock()
 			defer locks[n].Unlock()
 		}
-		id := fmt.Sprintf("bench.c%d.eth0", handleSeq.Add(1))
-		_, err := a.Allocate(ctx, allocator.Request{
-			Handle: ipam.Handle{ID: id, Node: fmt.Sprintf("node-%04d", n), Network: "bench", IfName: "eth0"},
+		cid := fmt.Sprintf("c%d", handleSeq.Add(1))
+		id := ipam.HandleID("bench", cid, "eth0")
+		_, err := run.alloc.Allocate(ctx, allocator.Request{
+			Handle: ipam.Handle{ID: id, Node: fmt.Sprintf("node-%04d", n), Network: "bench", ContainerID: cid, IfName: "eth0"},
 			Sets:   [][]string{{"bench"}},
 		})
+		if err == nil {
+			run.mu.Lock()
+			run.ids[n] = append(run.ids[n], id)
+			run.mu.Unlock()
+		}
 		return err
 	})
+	return run
+}
+
+// releaseAll releases every handle run made, from c workers, one node at a
+// time per worker (as DELs on a node take turns under the plugin's node
+// lock), with the allocator that made them, i.e. with warm hints.
+func releaseAll(ctx context.Context, run *allocRun, c int) result {
+	var work [][]string
+	for _, ids := range run.ids {
+		work = append(work, ids)
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var lats []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			var mine []time.Duration
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(work) {
+					break
+				}
+				for _, id := range work[k] {
+					t0 := time.Now()
+					if _, err := run.alloc.Release(ctx, id); err != nil {
+						log.Printf("release %s: %v", id, err)
+						continue
+					}
+					mine = append(mine, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return result{n: len(lats), wall: time.Since(start), lat: lats}
 }

@@ -113,9 +113,14 @@ func main() {
 		js.Close()
 		cs := &countingStore{Store: open(fmt.Sprintf("/alloc-%d", c), false)}
 		al := allocBench(ctx, cs, c, 50, true, *flagDur)
-		cs.Close()
 		fmt.Printf("%-5d %12.0f %12.0f %12.0f %9s %9s %9.3f %7.2f %10.2f\n", c, rawG.rate(), rawJ.rate(), al.rate(),
 			ms(al.pct(50)), ms(al.pct(99)), float64(cs.conflicts.Load())/float64(max(al.n, 1)), al.rate()/rawG.rate(), al.rate()/rawJ.rate())
+		reads0, txns0 := cs.reads.Load(), cs.txns.Load()
+		rel := releaseAll(ctx, al, c)
+		cs.Close()
+		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9s %7s %10s  release all: %.2f reads + %.2f txns per release\n", "", "", "", rel.rate(),
+			ms(rel.pct(50)), ms(rel.pct(99)), "", "", "",
+			float64(cs.reads.Load()-reads0)/float64(max(rel.n, 1)), float64(cs.txns.Load()-txns0)/float64(max(rel.n, 1)))
 		ss := &countingStore{Store: open(fmt.Sprintf("/alloc-serial-%d", c), true)}
 		as := allocBench(ctx, ss, c, 50, true, *flagDur)
 		ss.Close()
@@ -144,13 +149,37 @@ func main() {
 	}
 }
 
-// countingStore counts conflicting transactions.
+// countingStore counts round trips and conflicting transactions.
 type countingStore struct {
 	*etcd.Store
-	conflicts atomic.Int64
+	conflicts, reads, txns atomic.Int64
 }
 
+// Get counts a read round trip.
+func (c *countingStore) Get(ctx context.Context, keys ...string) ([]kv.KeyValue, error) {
+	c.reads.Add(1)
+	return c.Store.Get(ctx, keys...)
+}
+
+// List counts a read round trip.
+func (c *countingStore) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
+	c.reads.Add(1)
+	return c.Store.List(ctx, prefix)
+}
+
+// TxnRevision counts a transaction (the allocator commits through it).
+func (c *countingStore) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
+	c.txns.Add(1)
+	r, err := c.Store.TxnRevision(ctx, conds, ops)
+	if err != nil && strings.Contains(err.Error(), kv.ErrConflict.Error()) {
+		c.conflicts.Add(1)
+	}
+	return r, err
+}
+
+// Txn counts a transaction.
 func (c *countingStore) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	c.txns.Add(1)
 	err := c.Store.Txn(ctx, conds, ops)
 	if err != nil && strings.Contains(err.Error(), kv.ErrConflict.Error()) {
 		c.conflicts.Add(1)

@@ -109,14 +109,15 @@ func preload(ctx context.Context, cli *clientv3.Client, prefix string, nodes, po
 					cidr := pool.BlockAt(first + uint64(nd*perNode+b))
 					blk := ipam.NewBlock(pool, cidr, node)
 					for left > 0 {
-						id := fmt.Sprintf("scale.%s-%d.eth0", node, left)
+						cid := fmt.Sprintf("%s-%d", node, left)
+						id := ipam.HandleID("scale", cid, "eth0")
 						nb, addr, err := blk.Assign(pool, id)
 						if err != nil {
 							break
 						}
 						blk = nb
 						left--
-						h := ipam.Handle{ID: id, Network: "scale", ContainerID: fmt.Sprintf("%s-%d", node, left), IfName: "eth0", Node: node,
+						h := ipam.Handle{ID: id, Network: "scale", ContainerID: cid, IfName: "eth0", Node: node,
 							Namespace: "default", Pod: fmt.Sprintf("pod-%d", left), Created: time.Now().UTC(),
 							IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}}
 						ops = append(ops, clientv3.OpPut(key(allocator.HandleKey(id)), mustJSON(h)))
