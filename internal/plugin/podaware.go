@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -50,6 +51,9 @@ func kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa *podAware) p
 			pod = att.Pod
 		}
 		info, err := c.Lookup(ctx, att.Namespace, pod, conf.NodeName)
+		if errors.Is(err, podinfo.ErrNodeNotFound) {
+			return nil, fmt.Errorf("%w (the node name, from ipam.nodeName, $NODENAME, $KUBERNETES_NODE_NAME or the hostname, must be the Node's name)", err)
+		}
 		if err != nil {
 			return nil, err
 		}
