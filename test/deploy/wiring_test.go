@@ -1,0 +1,225 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/ipkeeper/ipkeeper/internal/config"
+)
+
+// typed decodes the deploy/ object of kind and name into out.
+func typed(t *testing.T, kind, name string, out any) {
+	t.Helper()
+	for _, o := range manifests(t) {
+		if o.GetKind() == kind && o.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s %s in deploy/", kind, name)
+}
+
+// flagValue returns the value of --name=value in args.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// mountedFile resolves path inside a container to the volume and the key
+// (file name) of the volume it reads.
+func mountedFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, p string) (corev1.Volume, string) {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		rel, err := filepath.Rel(m.MountPath, p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name {
+				return v, rel
+			}
+		}
+		t.Fatalf("container %s mounts unknown volume %s", c.Name, m.Name)
+	}
+	t.Fatalf("container %s reads %s, which no volume mount holds", c.Name, p)
+	return corev1.Volume{}, ""
+}
+
+// TestManifestWiring checks that the pieces of deploy/ fit each other:
+// each container reads the ConfigMap key and the Secret mount it is told
+// to, the DaemonSet writes into the host's CNI dirs where the installer
+// looks, the config list names the files where the installer puts them,
+// and the controller's and installer's arguments are flags they have.
+func TestManifestWiring(t *testing.T) {
+	var cm corev1.ConfigMap
+	typed(t, "ConfigMap", "ipkeeper-config", &cm)
+	var ds appsv1.DaemonSet
+	typed(t, "DaemonSet", "ipkeeper-node", &ds)
+	var dep appsv1.Deployment
+	typed(t, "Deployment", "ipkeeper-controller", &dep)
+
+	t.Run("DaemonSet", func(t *testing.T) {
+		spec := ds.Spec.Template.Spec
+		if spec.ServiceAccountName != "ipkeeper-node" || !spec.HostNetwork {
+			t.Errorf("serviceAccountName %q hostNetwork %v, want ipkeeper-node and true (the node has no pod network yet)", spec.ServiceAccountName, spec.HostNetwork)
+		}
+		if len(spec.Containers) != 1 {
+			t.Fatalf("%d containers, want 1", len(spec.Containers))
+		}
+		c := spec.Containers[0]
+		if c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil || *c.SecurityContext.RunAsUser != 0 {
+			t.Error("the installer must run as root (uid 0) explicitly: the image's user is non-root")
+		}
+		conflist, ok := flagValue(c.Args, "conflist")
+		if !ok {
+			t.Fatal("installer has no --conflist")
+		}
+		v, key := mountedFile(t, spec, c, conflist)
+		if v.ConfigMap == nil || v.ConfigMap.Name != cm.Name || cm.Data[key] == "" {
+			t.Errorf("--conflist=%s is not a key of ConfigMap %s (volume %+v, key %q)", conflist, cm.Name, v.VolumeSource, key)
+		}
+		tlsDir, _ := flagValue(c.Args, "tls-dir")
+		if v, rel := mountedFile(t, spec, c, tlsDir); v.Secret == nil || v.Secret.SecretName != "ipkeeper-etcd-tls" || rel != "." ||
+			v.Secret.Optional == nil || !*v.Secret.Optional {
+			t.Errorf("--tls-dir=%s is not the optional Secret ipkeeper-etcd-tls mount", tlsDir)
+		}
+		// The installer's defaults: host dirs mounted at /host/...
+		for hostPath, mount := range map[string]string{"/opt/cni/bin": "/host/opt/cni/bin", "/etc/cni/net.d": "/host/etc/cni/net.d"} {
+			v, rel := mountedFile(t, spec, c, mount)
+			if v.HostPath == nil || v.HostPath.Path != hostPath || rel != "." {
+				t.Errorf("%s is not the host's %s", mount, hostPath)
+			}
+		}
+		if e := envVar(c, "NODE_NAME"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+			t.Error("NODE_NAME is not the downward API's spec.nodeName")
+		}
+	})
+
+	t.Run("config list", func(t *testing.T) {
+		key, data := shippedConflist(t)
+		f := filepath.Join(t.TempDir(), key)
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ipam, err := config.LoadFile(f)
+		if err != nil {
+			t.Fatalf("the shipped config list is not valid for ipkeeper: %v", err)
+		}
+		if ipam.Datastore.Type == config.DatastoreLocal {
+			t.Error("the shipped config uses the local datastore: a cluster needs a shared one")
+		}
+		for _, p := range []string{ipam.Datastore.CAFile, ipam.Datastore.CertFile, ipam.Datastore.KeyFile} {
+			if p != "" && path.Dir(p) != "/etc/cni/net.d/ipkeeper-tls" {
+				t.Errorf("datastore TLS file %s is not where the installer copies the Secret (/etc/cni/net.d/ipkeeper-tls)", p)
+			}
+		}
+		var raw struct {
+			Plugins []struct {
+				IPAM struct {
+					Kubernetes struct {
+						Kubeconfig string `json:"kubeconfig"`
+					} `json:"kubernetes"`
+				} `json:"ipam"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(data, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if len(raw.Plugins) == 0 || raw.Plugins[0].IPAM.Kubernetes.Kubeconfig != "/etc/cni/net.d/ipkeeper-kubeconfig" {
+			t.Errorf("ipam.kubernetes.kubeconfig is not the installer's kubeconfig on the host (/etc/cni/net.d/ipkeeper-kubeconfig): %+v", raw.Plugins)
+		}
+	})
+
+	t.Run("Deployment", func(t *testing.T) {
+		spec := dep.Spec.Template.Spec
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+			t.Errorf("replicas %v, want 2", dep.Spec.Replicas)
+		}
+		if spec.ServiceAccountName != "ipkeeper-controller" {
+			t.Errorf("serviceAccountName %q", spec.ServiceAccountName)
+		}
+		c := spec.Containers[0]
+		if got, _ := flagValue(c.Args, "leader-elect"); got != "true" {
+			t.Errorf("--leader-elect=%q, want true", got)
+		}
+		if got, _ := flagValue(c.Args, "metrics-addr"); got != ":9273" {
+			t.Errorf("--metrics-addr=%q, want :9273", got)
+		}
+		if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 9273 || c.Ports[0].Name != "metrics" {
+			t.Errorf("ports %+v, want metrics 9273", c.Ports)
+		}
+		for probe, want := range map[*corev1.Probe]string{c.ReadinessProbe: "/readyz", c.LivenessProbe: "/healthz"} {
+			if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.String() != "metrics" {
+				t.Errorf("probe %+v, want GET %s on port metrics", probe, want)
+			}
+		}
+		conf, _ := flagValue(c.Args, "config")
+		if v, key := mountedFile(t, spec, c, conf); v.ConfigMap == nil || v.ConfigMap.Name != cm.Name || cm.Data[key] == "" {
+			t.Errorf("--config=%s is not a key of ConfigMap %s", conf, cm.Name)
+		}
+		if v, rel := mountedFile(t, spec, c, "/etc/cni/net.d/ipkeeper-tls"); v.Secret == nil || v.Secret.SecretName != "ipkeeper-etcd-tls" || rel != "." {
+			t.Error("the controller does not mount Secret ipkeeper-etcd-tls where the config list names the TLS files")
+		}
+		if ns, _ := flagValue(c.Args, "lease-namespace"); ns != "$(POD_NAMESPACE)" || envVar(c, "POD_NAMESPACE") == nil {
+			t.Errorf("--lease-namespace=%q, want $(POD_NAMESPACE) from the downward API (the Role is in the controller's namespace)", ns)
+		}
+	})
+
+	t.Run("installer flags", func(t *testing.T) {
+		help := helpText(t, static(t, "cmd/ipkeeper-install"))
+		for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+			checkFlag(t, "ipkeeper-install", help, a)
+		}
+	})
+
+	t.Run("controller flags", func(t *testing.T) {
+		needPackage(t, "cmd/ipkeeper-controller")
+		help := helpText(t, static(t, "cmd/ipkeeper-controller"))
+		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+			checkFlag(t, "ipkeeper-controller", help, a)
+		}
+	})
+}
+
+func envVar(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+// helpText returns what bin --help prints (stdout and stderr; pflag
+// exits 0 or 2 for --help depending on the program).
+func helpText(t *testing.T, bin string) string {
+	t.Helper()
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	if !strings.Contains(string(out), "--") {
+		t.Fatalf("%s --help printed no flags:\n%s", bin, out)
+	}
+	return string(out)
+}
+
+func checkFlag(t *testing.T, bin, help, arg string) {
+	t.Helper()
+	name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+	if !strings.HasPrefix(arg, "--") || !strings.Contains(help, "--"+name+" ") && !strings.Contains(help, "--"+name+"\n") {
+		t.Errorf("%s has no flag for argument %q", bin, arg)
+	}
+}
