@@ -13,7 +13,32 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
-type checkView struct{ consistency.Report }
+type checkView struct {
+	consistency.Report
+	// Kubernetes is what the API says about the allocations, with
+	// --kubeconfig.
+	Kubernetes *kubeCheck `json:"kubernetes,omitempty"`
+}
+
+// kubeCheck lists the leaked allocations check found against the API.
+type kubeCheck struct {
+	Pods  int         `json:"pods"`
+	Nodes int         `json:"nodes"`
+	Leaks []leakEntry `json:"leaks"`
+}
+
+func (k *kubeCheck) table(w io.Writer) {
+	if k == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nkubernetes: %d pods, %d nodes: ", k.Pods, k.Nodes)
+	if len(k.Leaks) == 0 {
+		fmt.Fprintln(w, "no leaked addresses")
+		return
+	}
+	fmt.Fprintf(w, "%d leaked allocations ('ipkeeperctl leaks --release' releases them; ipkeeper-controller does after its grace period)\n", len(k.Leaks))
+	leakTable(w, k.Leaks, false)
+}
 
 func (v checkView) table(w io.Writer) {
 	c := v.Counts
@@ -21,10 +46,11 @@ func (v checkView) table(w io.Writer) {
 		c.Pools, c.Blocks, c.Handles, c.Affinities, c.Allocated)
 	if len(v.Problems) == 0 {
 		fmt.Fprintln(w, "no problems")
-		return
+	} else {
+		fmt.Fprintf(w, "%d problems\n", len(v.Problems))
+		problemTable(w, v.Problems)
 	}
-	fmt.Fprintf(w, "%d problems\n", len(v.Problems))
-	problemTable(w, v.Problems)
+	v.Kubernetes.table(w)
 }
 
 func problemTable(w io.Writer, ps []consistency.Problem) {
@@ -38,9 +64,14 @@ func problemTable(w io.Writer, ps []consistency.Problem) {
 	}
 }
 
-type repairView struct{ consistency.RepairResult }
+type repairView struct {
+	consistency.RepairResult
+	// Kubernetes lists leaked allocations (not repaired: see leaks).
+	Kubernetes *kubeCheck `json:"kubernetes,omitempty"`
+}
 
 func (v repairView) table(w io.Writer) {
+	defer v.Kubernetes.table(w)
 	if len(v.Found) == 0 {
 		fmt.Fprintln(w, "no problems")
 		return
@@ -63,10 +94,13 @@ func (v repairView) table(w io.Writer) {
 }
 
 func (c *cli) checkCmd() *cobra.Command {
-	var repair bool
+	var (
+		repair bool
+		kf     kubeFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "check [--repair]",
-		Short: "Check the datastore's consistency; --repair fixes what is provably safe",
+		Use:   "check [--repair] [--kubeconfig FILE]",
+		Short: "Check the datastore's consistency (and, with --kubeconfig, leaked addresses); --repair fixes what is provably safe",
 		Long: `Check reads the whole datastore at once and reports: addresses held by two
 handles, handles listing addresses their block does not give them,
 allocated addresses without a handle, blocks affine to a node without the
@@ -79,42 +113,68 @@ record still claims nor leave an address taken without a handle that can
 release it, and prints each change. Problems it cannot decide (two handles
 claiming a free address) are left for a person.
 
+With --kubeconfig it also lists the leaked allocations, as 'ipkeeperctl
+leaks' does (pod, node and why): pods that are gone, finished or recreated,
+deleted nodes, older sandboxes. They count as problems; --repair does not
+release them ('ipkeeperctl leaks --release' does, ipkeeper-controller does
+after its grace period).
+
 Exit status: 0 no problems, 2 problems found (and left), 3 problems found
 and all repaired, 1 the check could not run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
-				if !repair {
-					r, err := consistency.Check(cmd.Context(), a.Store())
-					if err != nil {
-						return err
-					}
-					if err := c.print(checkView{r}); err != nil {
-						return err
-					}
-					if len(r.Problems) > 0 {
-						return &exitError{code: ExitProblems, err: errSilent}
-					}
-					return nil
+			ctx := cmd.Context()
+			var (
+				report consistency.Report
+				result consistency.RepairResult
+			)
+			err := c.withStore(ctx, func(a *allocator.Allocator) error {
+				var err error
+				if repair {
+					result, err = consistency.Repair(ctx, a.Store())
+				} else {
+					report, err = consistency.Check(ctx, a.Store())
 				}
-				r, err := consistency.Repair(cmd.Context(), a.Store())
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			var kube *kubeCheck
+			if kf.kubeconfig != "" {
+				ls, view, pods, err := c.findLeaks(ctx, &kf)
 				if err != nil {
 					return err
 				}
-				if err := c.print(repairView{r}); err != nil {
+				kube = &kubeCheck{Pods: pods, Nodes: view.NodeCount(), Leaks: []leakEntry{}}
+				for _, l := range ls {
+					kube.Leaks = append(kube.Leaks, newLeakEntry(l.Leak))
+				}
+			}
+			leaked := kube != nil && len(kube.Leaks) > 0
+			if !repair {
+				if err := c.print(checkView{Report: report, Kubernetes: kube}); err != nil {
 					return err
 				}
-				switch {
-				case len(r.Remaining) > 0:
+				if len(report.Problems) > 0 || leaked {
 					return &exitError{code: ExitProblems, err: errSilent}
-				case len(r.Found) > 0:
-					return &exitError{code: ExitRepaired, err: errSilent}
 				}
 				return nil
-			})
+			}
+			if err := c.print(repairView{RepairResult: result, Kubernetes: kube}); err != nil {
+				return err
+			}
+			switch {
+			case len(result.Remaining) > 0 || leaked:
+				return &exitError{code: ExitProblems, err: errSilent}
+			case len(result.Found) > 0:
+				return &exitError{code: ExitRepaired, err: errSilent}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&repair, "repair", false, "fix what is provably safe and print what was done")
+	kf.register(cmd.Flags())
 	return cmd
 }
 

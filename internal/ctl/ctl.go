@@ -168,7 +168,7 @@ found (and left), 3 problems found and all repaired.`,
 	pf.StringVarP(&c.output, "output", "o", "table", "output format: table, json or yaml")
 	pf.StringVar(&c.node, "node", "", "this node's name (default: the config's nodeName, $NODENAME, $KUBERNETES_NODE_NAME, the hostname)")
 	c.ds.register(pf)
-	root.AddCommand(c.poolCmd(), c.showCmd(), c.ipCmd(), c.blockCmd(), c.checkCmd(), c.gcCmd(), c.importCmd())
+	root.AddCommand(c.poolCmd(), c.showCmd(), c.ipCmd(), c.blockCmd(), c.checkCmd(), c.gcCmd(), c.importCmd(), c.leaksCmd())
 	root.AddCommand(c.uiCmd())
 	return root
 }

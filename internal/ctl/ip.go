@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,9 +189,10 @@ func (c *cli) ipReleaseCmd() *cobra.Command {
 	var (
 		force bool
 		pool  string
+		kf    kubeFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "release IP",
+		Use:   "release IP [--force] [--kubeconfig FILE]",
 		Short: "Release one address; refused while its owner is live unless --force",
 		Long: `Release one address and drop it from the handle that holds it.
 
@@ -198,7 +200,12 @@ The owner counts as live while its handle exists and either its network
 namespace still exists (when run on the handle's node) or that cannot be
 checked (the handle is on another node, or recorded no namespace). A live
 owner's address is released only with --force. An address whose handle
-record is missing has no live owner.`,
+record is missing has no live owner.
+
+With --kubeconfig, an owner that records a Kubernetes pod is live while the
+API shows that pod (same namespace, name and UID) not finished, on a node
+that exists, and the allocation is not an older sandbox of it (see
+'ipkeeperctl leaks'); owners without a pod are judged as above.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			addr, err := parseAddr(args[0])
@@ -231,7 +238,28 @@ record is missing has no live owner.`,
 					return fmt.Errorf("%s is allocated in pools %s: say which with --pool", addr, strings.Join(names, ", "))
 				}
 				h := held[0]
-				if live, why := c.liveness(h, node); live && !force {
+				live, why := c.liveness(h, node)
+				if kf.kubeconfig != "" && h.Handle != nil && h.Handle.Pod != "" {
+					hs, err := a.Handles(cmd.Context())
+					if err != nil {
+						return err
+					}
+					i := slices.IndexFunc(hs, func(x ipam.Handle) bool { return x.ID == h.HandleID })
+					if i < 0 {
+						return fmt.Errorf("%s changed hands while checking it, nothing released: run the command again", addr)
+					}
+					var known bool
+					live, known, why, err = kf.podLiveness(cmd.Context(), hs[i], hs)
+					if err != nil && !force {
+						return fmt.Errorf("cannot tell whether the pod holding %s is live (use --force to release it anyway): %w", addr, err)
+					}
+					if !known {
+						live, why = c.liveness(h, node)
+					} else if live {
+						why = "it is held by handle " + h.HandleID + ": " + why
+					}
+				}
+				if live && !force {
 					return fmt.Errorf("refusing to release %s: %s; use --force to release it anyway", addr, why)
 				}
 				owner, err := a.ReleaseAddrHeldBy(cmd.Context(), h.Pool, addr, h.HandleID)
@@ -247,6 +275,7 @@ record is missing has no live owner.`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "release even when the owner may be live")
 	cmd.Flags().StringVar(&pool, "pool", "", "the pool of the address, when pools overlap")
+	kf.register(cmd.Flags())
 	return cmd
 }
 

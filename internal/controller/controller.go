@@ -1,0 +1,425 @@
+// Package controller is ipkeeper-controller: it reclaims leaked addresses
+// by comparing the datastore's handles with the Kubernetes API, seen
+// through shared informers for Pods and Nodes.
+//
+// A reconcile pass reads every handle from the datastore, then asks
+// package leaks which are leaked given the informers' caches (read after
+// the handles, so no handle is newer than the view). A leaked handle is
+// released when a pass finds it leaked at least the grace period after the
+// pass that first did (leaks.Tracker), by one transaction guarded by the
+// handle's version as that pass read it (allocator.ReleaseObserved): an
+// address released and allocated again in between is never touched. Nodes
+// that hold blocks but are gone from the API are confirmed the same way;
+// their empty blocks are then freed with their affinity records
+// (allocator.FreeNodeBlocks). Nothing is released while a watch of the API
+// failed within the grace period or the API cannot be reached, since the
+// caches may then be stale.
+//
+// Passes run after pod and node deletions (and pods finishing or changing
+// addresses), when a tracked leak's grace period ends, and every resync
+// period. With leader election only the holder of the Lease reconciles;
+// every replica keeps its informers warm. The only state kept between
+// passes is when each candidate was first seen: a restart or failover
+// only delays releases by one grace period.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/leaks"
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Client talks to the Kubernetes API.
+	Client kubernetes.Interface
+	// Open opens the datastore. With KeepOpen false (the local store,
+	// whose file lock would stall the node's plugin calls) it is opened
+	// for each pass and closed after it; otherwise once.
+	Open     func(ctx context.Context) (kv.Store, error)
+	KeepOpen bool
+	// LeakGrace is how long an allocation must be seen leaked before it is
+	// released (and a node gone before its blocks are freed).
+	LeakGrace time.Duration
+	// Resync is the period of full passes.
+	Resync time.Duration
+	// Debounce is how long a pass waits after an event that triggered it,
+	// so that a burst of deletions makes one pass (default 500ms).
+	Debounce time.Duration
+	// Log receives one record per release; nil discards.
+	Log *slog.Logger
+	// Metrics, when set, receives the controller's metrics.
+	Metrics *Metrics
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Controller reclaims leaked addresses.
+type Controller struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *Metrics
+	view    *apiView
+	trigger chan struct{}
+
+	storeMu sync.Mutex
+	store   kv.Store // when KeepOpen
+
+	// handles and nodes track candidates across passes; reset for each
+	// term of leadership.
+	handles leaks.Tracker
+	nodes   leaks.Tracker
+	usable  map[string]uint64 // pool definition -> usable addresses
+
+	ready atomic.Bool
+}
+
+// New builds a controller; Start runs it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Open == nil {
+		return nil, errors.New("controller: Client and Open are required")
+	}
+	if cfg.LeakGrace < 0 || cfg.Resync <= 0 {
+		return nil, fmt.Errorf("controller: leak grace %v must be >= 0 and resync %v > 0", cfg.LeakGrace, cfg.Resync)
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 500 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Controller{cfg: cfg, log: cfg.Log, m: cfg.Metrics, trigger: make(chan struct{}, 1), usable: map[string]uint64{}}
+	c.resetTrackers()
+	v, err := newAPIView(cfg.Client, cfg.Now, c.poke)
+	if err != nil {
+		return nil, err
+	}
+	c.view = v
+	return c, nil
+}
+
+// poke asks for a pass soon.
+func (c *Controller) poke() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Sync starts the informers, which run until Shutdown, and waits until
+// they have listed pods and nodes; it reports false when ctx ended first.
+func (c *Controller) Sync(ctx context.Context) bool {
+	ok := c.view.start(ctx)
+	c.ready.Store(ok)
+	return ok
+}
+
+// Ready reports whether the informers have listed pods and nodes.
+func (c *Controller) Ready() bool { return c.ready.Load() && c.view.synced() }
+
+// Shutdown stops the informers and closes a datastore kept open.
+func (c *Controller) Shutdown() {
+	c.view.shutdown()
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	if c.store != nil {
+		_ = c.store.Close()
+		c.store = nil
+	}
+}
+
+// Reconcile runs passes until ctx ends: one at once, then after events,
+// when a tracked candidate's grace period ends, and every resync period.
+// It starts from an empty tracker: candidates are first seen by its first
+// pass. Call Sync first.
+func (c *Controller) Reconcile(ctx context.Context) {
+	c.resetTrackers()
+	c.m.leader.Set(1)
+	defer c.m.leader.Set(0)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	due := c.cfg.Now()
+	var lastDuration time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.trigger:
+			// Soon, but not more than half of the time in passes.
+			at := c.cfg.Now().Add(max(c.cfg.Debounce, lastDuration))
+			if at.Before(due) {
+				due = at
+				timer.Reset(time.Until(due))
+			}
+			continue
+		case <-timer.C:
+		}
+		start := c.cfg.Now()
+		next, err := c.Pass(ctx)
+		lastDuration = c.cfg.Now().Sub(start)
+		if err != nil && ctx.Err() == nil {
+			c.log.Error("reconcile pass failed", "err", err)
+		}
+		due = start.Add(c.cfg.Resync)
+		if err != nil {
+			due = c.cfg.Now().Add(min(c.cfg.Resync, max(time.Second, c.cfg.LeakGrace/4)))
+		}
+		if !next.IsZero() && next.Before(due) {
+			due = next
+		}
+		if min := c.cfg.Now().Add(lastDuration); due.Before(min) {
+			due = min
+		}
+		timer.Reset(time.Until(due))
+	}
+}
+
+// resetTrackers forgets every candidate.
+func (c *Controller) resetTrackers() {
+	c.handles = leaks.Tracker{Grace: c.cfg.LeakGrace}
+	c.nodes = leaks.Tracker{Grace: c.cfg.LeakGrace}
+}
+
+// openStore returns the datastore for one pass and what to call after it.
+func (c *Controller) openStore(ctx context.Context) (kv.Store, func(), error) {
+	if !c.cfg.KeepOpen {
+		st, err := c.cfg.Open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, func() { _ = st.Close() }, nil
+	}
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	if c.store == nil {
+		st, err := c.cfg.Open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.store = st
+	}
+	return c.store, func() {}, nil
+}
+
+// Pass runs one reconcile pass and returns when the next one is due for a
+// pending candidate (zero when none is pending).
+func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
+	start := c.cfg.Now()
+	defer func() {
+		c.m.reconcile.Observe(c.cfg.Now().Sub(start).Seconds())
+		if err != nil {
+			c.m.reconcileErrors.Inc()
+		}
+	}()
+	st, done, err := c.openStore(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("open datastore: %w", err)
+	}
+	defer done()
+	a := allocator.New(st, c.log)
+
+	// The handles first, then the view: no handle is newer than the view.
+	obs, err := a.ObserveHandles(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read handles: %w", err)
+	}
+	now := c.cfg.Now()
+	view := c.view.snapshot()
+	hs := make([]ipam.Handle, len(obs))
+	byKey := make(map[string]allocator.Observed, len(obs))
+	for i, o := range obs {
+		hs[i] = o.Handle
+	}
+	found := leaks.Find(hs, view)
+	keys := make([]string, len(found))
+	leakOf := make(map[string]leaks.Leak, len(found))
+	for i, l := range found {
+		k := leaks.Key(l.Handle)
+		keys[i], leakOf[k] = k, l
+	}
+	for _, o := range obs {
+		if _, ok := leakOf[leaks.Key(o.Handle)]; ok {
+			byKey[leaks.Key(o.Handle)] = o
+		}
+	}
+	c.m.leakCandidates.Set(float64(len(found)))
+	confirmed, next := c.handles.Observe(now, keys)
+
+	affine, err := a.AffineNodes(ctx)
+	if err != nil {
+		return next, fmt.Errorf("read affinities: %w", err)
+	}
+	var gone []string
+	for n := range affine {
+		if view.NodeCount() > 0 && !view.NodeExists(n) {
+			gone = append(gone, n)
+		}
+	}
+	goneNodes, nextNode := c.nodes.Observe(now, gone)
+	if !nextNode.IsZero() && (next.IsZero() || nextNode.Before(next)) {
+		next = nextNode
+	}
+
+	if len(confirmed) > 0 || len(goneNodes) > 0 {
+		if why := c.stale(ctx, now); why != "" {
+			c.log.Warn("not releasing: the API view may be stale", "why", why, "confirmed", len(confirmed), "nodes", len(goneNodes))
+			if retry := now.Add(max(time.Second, c.cfg.LeakGrace/4)); next.IsZero() || retry.Before(next) {
+				next = retry
+			}
+			confirmed, goneNodes = nil, nil
+		}
+	}
+	for _, k := range confirmed {
+		if err := ctx.Err(); err != nil {
+			return next, err
+		}
+		c.release(ctx, a, byKey[k], leakOf[k])
+	}
+	for _, n := range goneNodes {
+		if err := ctx.Err(); err != nil {
+			return next, err
+		}
+		c.freeNode(ctx, a, n)
+	}
+	if err := c.poolMetrics(ctx, a); err != nil {
+		return next, err
+	}
+	return next, nil
+}
+
+// stale says why the informers' caches may not be current ("" when they
+// are): a watch failed within the grace period, or the API cannot be
+// reached now (one LIST of at most one node).
+func (c *Controller) stale(ctx context.Context, now time.Time) string {
+	if c.view.watchErrorSince(now.Add(-c.cfg.LeakGrace)) {
+		return "a watch of pods or nodes failed within the grace period"
+	}
+	if _, err := c.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return "the API server cannot be reached: " + err.Error()
+	}
+	return ""
+}
+
+// release releases one confirmed leak, guarded by its observation.
+func (c *Controller) release(ctx context.Context, a *allocator.Allocator, o allocator.Observed, l leaks.Leak) {
+	h := o.Handle
+	attrs := []any{"pod", podName(h), "uid", h.PodUID, "address", addrList(h), "node", l.Node,
+		"reason", string(l.Reason), "handle", h.ID, "detail", l.Detail}
+	freed, err := a.ReleaseObserved(ctx, o)
+	switch {
+	case errors.Is(err, allocator.ErrHandleChanged):
+		c.m.releaseSkips.WithLabelValues("changed").Inc()
+		c.log.Info("leak not released: the allocation changed since it was observed", append(attrs, "err", err)...)
+	case err != nil:
+		c.m.releaseSkips.WithLabelValues("error").Inc()
+		c.log.Error("releasing a leaked allocation failed", append(attrs, "err", err)...)
+	default:
+		c.m.releases.WithLabelValues(string(l.Reason)).Inc()
+		attrs[5] = joinAddrs(freed)
+		c.log.Info("released leaked address", attrs...)
+	}
+}
+
+// freeNode frees the empty blocks of a node confirmed gone.
+func (c *Controller) freeNode(ctx context.Context, a *allocator.Allocator, node string) {
+	res, err := a.FreeNodeBlocks(ctx, node)
+	for _, b := range res.Freed {
+		c.m.blocksFreed.Inc()
+		c.log.Info("freed empty block of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String(), "reason", string(leaks.NodeGone))
+	}
+	for _, b := range res.Dropped {
+		c.log.Info("dropped stale affinity record of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String())
+	}
+	if len(res.Kept) > 0 {
+		c.log.Info("blocks of deleted node kept until their addresses are released", "node", node, "blocks", len(res.Kept))
+	}
+	if err != nil {
+		c.log.Error("freeing the blocks of a deleted node failed", "node", node, "err", err)
+	}
+}
+
+// poolMetrics sets ipkeeper_pool_addresses from the pools and blocks.
+func (c *Controller) poolMetrics(ctx context.Context, a *allocator.Allocator) error {
+	pools, err := a.Pools(ctx)
+	if err != nil {
+		return fmt.Errorf("read pools: %w", err)
+	}
+	blocks, err := a.Blocks(ctx, "")
+	if err != nil {
+		return fmt.Errorf("read blocks: %w", err)
+	}
+	byPool := map[string][]ipam.Block{}
+	for _, b := range blocks {
+		byPool[b.Pool] = append(byPool[b.Pool], b)
+	}
+	seen := map[string]bool{}
+	for _, p := range pools {
+		def := fmt.Sprintf("%+v", p)
+		total, ok := c.usable[def]
+		if !ok {
+			total = p.Usable()
+			c.usable[def] = total
+		}
+		var inUse, free, permitted uint64
+		for _, b := range byPool[p.Name] {
+			inUse += uint64(b.InUse())
+			free += uint64(b.FreeCount(p))
+			permitted += uint64(p.PermittedIn(b.CIDR))
+		}
+		if total > permitted {
+			free += total - permitted // unclaimed blocks are free as a whole
+		}
+		seen[p.Name] = true
+		c.m.poolAddresses.WithLabelValues(p.Name, "total").Set(float64(total))
+		c.m.poolAddresses.WithLabelValues(p.Name, "in_use").Set(float64(inUse))
+		c.m.poolAddresses.WithLabelValues(p.Name, "free").Set(float64(free))
+	}
+	if len(c.usable) > 4*len(pools)+16 {
+		c.usable = map[string]uint64{}
+	}
+	c.m.forgetPools(seen)
+	return nil
+}
+
+func podName(h ipam.Handle) string {
+	if h.Pod == "" {
+		return ""
+	}
+	return h.Namespace + "/" + h.Pod
+}
+
+func addrList(h ipam.Handle) string {
+	as := make([]netip.Addr, len(h.IPs))
+	for i, ip := range h.IPs {
+		as[i] = ip.Addr
+	}
+	return joinAddrs(as)
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,273 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+)
+
+// LeaseName is the name of the leader-election Lease (the shipped RBAC
+// lets the controller update only this one).
+const LeaseName = "ipkeeper-controller"
+
+// Options are ipkeeper-controller's flags.
+type Options struct {
+	Kubeconfig     string
+	ConfigFile     string
+	LeakGrace      time.Duration
+	Resync         time.Duration
+	MetricsAddr    string
+	LeaderElect    bool
+	LeaseNamespace string
+	LeaseDuration  time.Duration
+	RenewDeadline  time.Duration
+	RetryPeriod    time.Duration
+	LogLevel       string
+}
+
+func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
+	ns := getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "kube-system"
+	}
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster configuration)")
+	fs.StringVar(&o.ConfigFile, "config", "", "CNI network config (.conf or .conflist) whose ipkeeper datastore to use (default: IPKEEPER_DATASTORE, IPKEEPER_LOCAL_PATH, IPKEEPER_ETCD_* from the environment)")
+	fs.DurationVar(&o.LeakGrace, "leak-grace", time.Minute, "how long an allocation must be seen leaked (and a node gone) before it is released")
+	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of full reconcile passes")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":9273", "address serving /metrics, /healthz and /readyz (empty: none)")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "reconcile only while holding the Lease "+LeaseName)
+	fs.StringVar(&o.LeaseNamespace, "lease-namespace", ns, "namespace of the leader-election Lease (the default is $POD_NAMESPACE when set)")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", 15*time.Second, "leader election: how long a lease is valid without renewal")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", 10*time.Second, "leader election: how long the leader retries renewing before it steps down")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", 2*time.Second, "leader election: wait between attempts")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// Main runs ipkeeper-controller with args (without the program name) until
+// SIGINT or SIGTERM, logging JSON to stderr; it returns the exit status.
+func Main(args []string, stderr io.Writer, getenv func(string) string) int {
+	fs := pflag.NewFlagSet("ipkeeper-controller", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	o.register(fs, getenv)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "ipkeeper-controller reclaims leaked addresses: allocations of pods that are gone or finished,\nof deleted nodes and of older sandboxes, after --leak-grace, watching the Kubernetes API.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ipkeeper-controller: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, o, stderr, getenv); err != nil {
+		fmt.Fprintln(stderr, "ipkeeper-controller:", err)
+		return 1
+	}
+	return 0
+}
+
+// Run runs the controller with options o until ctx ends.
+func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) string) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	if o.LeakGrace < 0 {
+		return fmt.Errorf("--leak-grace %v: must not be negative", o.LeakGrace)
+	}
+	if o.Resync <= 0 {
+		return fmt.Errorf("--resync %v: must be positive", o.Resync)
+	}
+	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
+		return fmt.Errorf("leader election needs --lease-duration (%v) > --renew-deadline (%v) > --retry-period (%v) > 0",
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	}
+	ds, err := datastoreOf(o.ConfigFile, getenv)
+	if err != nil {
+		return err
+	}
+	m := NewMetrics()
+	restCfg, err := kubeConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	restCfg.Wrap(m.CountRequests)
+	restCfg.UserAgent = "ipkeeper-controller"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	c, err := New(Config{
+		Client:    client,
+		Open:      func(ctx context.Context) (kv.Store, error) { return datastore.OpenShared(ctx, ds) },
+		KeepOpen:  ds.Type == config.DatastoreEtcd,
+		LeakGrace: o.LeakGrace,
+		Resync:    o.Resync,
+		Log:       log,
+		Metrics:   m,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Shutdown()
+
+	id := identity()
+	var health *leaderelection.HealthzAdaptor
+	if o.LeaderElect {
+		health = leaderelection.NewLeaderHealthzAdaptor(o.RenewDeadline)
+	}
+	if o.MetricsAddr != "" {
+		srv, err := serve(o.MetricsAddr, m, c, health)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	log.Info("starting", "identity", id, "datastore", ds.Type, "leakGrace", o.LeakGrace.String(), "resync", o.Resync.String(),
+		"leaderElect", o.LeaderElect, "leaseNamespace", o.LeaseNamespace)
+	if !c.Sync(ctx) {
+		return nil // ctx ended
+	}
+	log.Info("informers synced")
+	if !o.LeaderElect {
+		c.Reconcile(ctx)
+		return nil
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName, Namespace: o.LeaseNamespace},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	// A replica that loses the lease stops reconciling and stands for
+	// election again, with its informers still warm.
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			Name:            LeaseName,
+			LeaseDuration:   o.LeaseDuration,
+			RenewDeadline:   o.RenewDeadline,
+			RetryPeriod:     o.RetryPeriod,
+			ReleaseOnCancel: true,
+			WatchDog:        health,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					log.Info("leading: reconciling", "identity", id)
+					c.Reconcile(ctx)
+				},
+				OnStoppedLeading: func() { log.Info("not leading", "identity", id) },
+				OnNewLeader: func(leader string) {
+					if leader != id {
+						log.Info("another replica leads", "leader", leader)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return err
+		}
+		le.Run(ctx)
+	}
+	return nil
+}
+
+// identity names this replica in the Lease: the host (the pod's name in a
+// cluster) and the process ID.
+func identity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "ipkeeper-controller"
+	}
+	return fmt.Sprintf("%s_%d", host, os.Getpid())
+}
+
+// datastoreOf is the datastore of --config, else of the IPKEEPER_* env.
+func datastoreOf(file string, getenv func(string) string) (config.Datastore, error) {
+	if file != "" {
+		conf, err := config.LoadFile(file)
+		if err != nil {
+			return config.Datastore{}, fmt.Errorf("--config: %w", err)
+		}
+		return conf.Datastore, nil
+	}
+	ds, err := config.DatastoreFromEnv(getenv)
+	if err != nil {
+		return ds, fmt.Errorf("datastore environment: %w", err)
+	}
+	return ds, nil
+}
+
+// kubeConfig loads a kubeconfig file, or the in-cluster config when path
+// is "".
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// serve starts the HTTP server of /metrics, /healthz and /readyz.
+func serve(addr string, m *Metrics, c *Controller, health *leaderelection.HealthzAdaptor) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if health != nil {
+			if err := health.Check(r); err != nil {
+				http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !c.Ready() {
+			http.Error(w, "informers have not listed pods and nodes yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
