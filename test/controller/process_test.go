@@ -62,6 +62,19 @@ func startController(t *testing.T, name string, env []string, flags ...string) *
 	}
 	go p.read(stderr)
 	t.Cleanup(p.stop)
+	for i := 0; ; i++ {
+		if code, _ := p.get("/healthz"); code == http.StatusOK {
+			break
+		}
+		if i >= 600 {
+			t.Fatalf("%s does not serve /healthz", name)
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited", name)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	return p
 }
 

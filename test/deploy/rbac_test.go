@@ -44,14 +44,12 @@ var grants = []struct {
 		"pods [] [get]",
 	}},
 	{"ipkeeper-controller", "kube-system", []string{
-		"events [] [create patch]",
 		"leases.coordination.k8s.io [] [create]",
 		"leases.coordination.k8s.io [ipkeeper-controller] [get update]",
 		"nodes [] [list watch]",
 		"pods [] [list watch]",
 	}},
 	{"ipkeeper-controller", "default", []string{
-		"events [] [create patch]",
 		"nodes [] [list watch]",
 		"pods [] [list watch]",
 	}},
@@ -311,18 +309,6 @@ func TestControllerAccountRunsLeaderElection(t *testing.T) {
 	} else {
 		w.Stop()
 	}
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: "web-0.ipkeeper", Namespace: pod.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Reason:         "AddressReleased", Message: "test", Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: "ipkeeper-controller"},
-	}
-	if _, err := cs.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		t.Errorf("create Event as ipkeeper-controller: %v", err)
-	}
-	if _, err := cs.CoreV1().Events(pod.Namespace).Patch(ctx, ev.Name, types.MergePatchType, []byte(`{"count":2}`), metav1.PatchOptions{}); err != nil {
-		t.Errorf("patch Event as ipkeeper-controller: %v", err)
-	}
-
 	refused := map[string]error{}
 	_, refused["get pod"] = cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	refused["delete pod"] = cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
@@ -336,6 +322,10 @@ func TestControllerAccountRunsLeaderElection(t *testing.T) {
 	_, refused["create a lease elsewhere"] = cs.CoordinationV1().Leases("default").Create(ctx,
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "ipkeeper-controller", Namespace: "default"}}, metav1.CreateOptions{})
 	_, refused["get secret"] = cs.CoreV1().Secrets("kube-system").Get(ctx, "anything", metav1.GetOptions{})
+	_, refused["create event"] = cs.CoreV1().Events(pod.Namespace).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "web-0.ipkeeper", Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+	}, metav1.CreateOptions{})
 	for what, err := range refused {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s as ipkeeper-controller: err = %v, want Forbidden", what, err)

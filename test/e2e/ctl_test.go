@@ -13,7 +13,7 @@ import (
 
 // ctl runs ipkeeperctl --config confFile args... and returns stdout; it
 // fails the test when the command fails.
-func ctl(t *testing.T, confFile string, args ...string) []byte {
+func ctl(t testing.TB, confFile string, args ...string) []byte {
 	t.Helper()
 	needCtl(t)
 	out, stderr, err := ctlRun(confFile, args...)

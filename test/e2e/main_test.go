@@ -65,7 +65,7 @@ func needIpkeeper(t *testing.T) {
 }
 
 // needCtl fails the test when ipkeeperctl did not build.
-func needCtl(t *testing.T) {
+func needCtl(t testing.TB) {
 	t.Helper()
 	if ctlBuildErr != nil {
 		t.Fatalf("building ./cmd/ipkeeperctl: %v", ctlBuildErr)

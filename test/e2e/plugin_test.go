@@ -91,7 +91,7 @@ func confVersion(t *testing.T, conf []byte) string {
 	return v.CNIVersion
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -28,7 +28,7 @@ type kubeFixture struct {
 }
 
 // podConf is a pod-aware network config on the fixture's store.
-func (f *kubeFixture) podConf(t *testing.T, node string, ipam map[string]any) []byte {
+func (f *kubeFixture) podConf(t testing.TB, node string, ipam map[string]any) []byte {
 	t.Helper()
 	i := map[string]any{"type": "ipkeeper", "datastore": map[string]any{"type": "local", "path": f.store},
 		"nodeName": node, "kubernetes": map[string]any{"kubeconfig": f.kc},
@@ -40,7 +40,7 @@ func (f *kubeFixture) podConf(t *testing.T, node string, ipam map[string]any) []
 }
 
 // pod creates a pod bound to node with the given annotations.
-func (f *kubeFixture) pod(t *testing.T, ns, name, node string, ann map[string]string) *corev1.Pod {
+func (f *kubeFixture) pod(t testing.TB, ns, name, node string, ann map[string]string) *corev1.Pod {
 	t.Helper()
 	p, err := f.cs.CoreV1().Pods(ns).Create(ctxT(t), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
@@ -75,7 +75,7 @@ func addrsOf(t *testing.T, stdin []byte, out cnirun.Output) []netip.Addr {
 	return got
 }
 
-func newKubeFixture(t *testing.T) *kubeFixture {
+func newKubeFixture(t testing.TB) *kubeFixture {
 	t.Helper()
 	srv := kubetest.Start(t)
 	f := &kubeFixture{srv: srv, cs: srv.Client, store: t.TempDir(),
@@ -101,10 +101,7 @@ func newKubeFixture(t *testing.T) *kubeFixture {
 			t.Fatal(err)
 		}
 	}
-	cf := filepath.Join(t.TempDir(), "pools.conf")
-	if err := os.WriteFile(cf, f.podConf(t, "node-a", nil), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cf := writeTemp(t, f.podConf(t, "node-a", nil))
 	for _, p := range [][]string{
 		{"blue4", "--cidr", "10.98.0.0/24"}, {"blue6", "--cidr", "fd98::/64"},
 		{"red4", "--cidr", "10.97.0.0/24", "--node-selector", "zone=b"},
@@ -256,4 +253,14 @@ func TestPodAware(t *testing.T) {
 			t.Fatalf("STATUS: %v\n%v", err, out)
 		}
 	})
+}
+
+// writeTemp writes data into a new file of t's and returns its path.
+func writeTemp(t testing.TB, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "conf")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
+)
+
+// BenchmarkPodAwareADD times plugin ADDs as processes, interleaved in one
+// run on one local store: a plain ADD (no kubernetes key), a pod-aware ADD
+// of a pod without annotations (pod, namespace and node read from a real
+// kube-apiserver, concurrently) and one whose pod names its pool in
+// ipkeeper.io/pools. It prints p50 and p99 of each and the pod-aware
+// extra over plain. Run with
+//
+//	go test -run x -bench PodAwareADD -benchtime 200x ./test/e2e/
+func BenchmarkPodAwareADD(b *testing.B) {
+	if buildErr != nil || ctlBuildErr != nil {
+		b.Fatal(buildErr, ctlBuildErr)
+	}
+	f := newKubeFixture(b)
+	kinds := []struct {
+		name string
+		ipam map[string]any
+		ann  map[string]string // nil: no pod (plain)
+	}{
+		{"plain", map[string]any{"kubernetes": nil}, nil},
+		{"pod-aware", nil, map[string]string{}},
+		{"pod-aware+annotation", nil, map[string]string{"ipkeeper.io/pools": `["bench4"]`}},
+	}
+	range16 := map[string]any{"ranges": [][]map[string]any{{{"subnet": "10.80.0.0/16"}}}}
+	ctl(b, writeTemp(b, f.podConf(b, "node-a", range16)), "pool", "add", "bench4", "--cidr", "10.81.0.0/16")
+	stdin := make([][]byte, len(kinds))
+	for k, kind := range kinds {
+		stdin[k] = f.podConf(b, "node-a", merge(range16, kind.ipam))
+	}
+	n := b.N
+	pods := make([][]*corev1.Pod, len(kinds))
+	for k, kind := range kinds {
+		if kind.ann == nil {
+			pods[k] = make([]*corev1.Pod, n)
+			continue
+		}
+		for i := range n {
+			pods[k] = append(pods[k], f.pod(b, "ns-plain", fmt.Sprintf("bench-%d-%d", k, i), "node-a", kind.ann))
+		}
+	}
+	durs := make([][]time.Duration, len(kinds))
+	b.ResetTimer()
+	for i := range n {
+		for k := range kinds {
+			out, err := cnirun.Run(ctxT(b), ipkeeperBin, podCall(fmt.Sprintf("bench-%d-%d", k, i), pods[k][i], stdin[k]))
+			if err != nil || out.ExitCode != 0 {
+				b.Fatalf("%s ADD %d: %v\n%v", kinds[k].name, i, err, out)
+			}
+			durs[k] = append(durs[k], out.Duration)
+		}
+	}
+	b.StopTimer()
+	pct := func(d []time.Duration, p int) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, len(s)*p/100)].Microseconds()) / 1000
+	}
+	for k, kind := range kinds {
+		b.ReportMetric(pct(durs[k], 50), kind.name+"-p50-ms")
+		b.ReportMetric(pct(durs[k], 99), kind.name+"-p99-ms")
+		b.Logf("%-22s p50 %6.2f ms  p99 %6.2f ms  (%d ADDs)", kind.name, pct(durs[k], 50), pct(durs[k], 99), n)
+	}
+	b.Logf("pod-aware p50 - plain p50: %+.2f ms; with an annotation: %+.2f ms",
+		pct(durs[1], 50)-pct(durs[0], 50), pct(durs[2], 50)-pct(durs[0], 50))
+}
