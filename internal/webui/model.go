@@ -71,13 +71,15 @@ type blockAgg struct {
 	borrowers map[string]int
 }
 
+// handleState is what the map keeps of a handle: what it shows, and the
+// addresses (to find the blocks a change touches).
 type handleState struct {
-	key, id                         string
-	version                         int64
-	node, namespace, pod            string
-	containerID, ifName, netns, net string
-	created                         time.Time
-	ips                             []ipam.HandleIP
+	key, id              string
+	version              int64
+	node, namespace, pod string
+	containerID, ifName  string
+	created              time.Time
+	ips                  []ipam.HandleIP
 }
 
 func newModel(log *slog.Logger) *model {
@@ -341,7 +343,7 @@ func (m *model) putHandle(c change, d *dirty) error {
 	hs := &handleState{
 		key: c.key, id: h.ID, version: c.version,
 		node: m.intern(h.Node), namespace: m.intern(h.Namespace), pod: h.Pod,
-		containerID: h.ContainerID, ifName: m.intern(h.IfName), netns: h.NetNS, net: m.intern(h.Network),
+		containerID: h.ContainerID, ifName: m.intern(h.IfName),
 		created: h.Created, ips: h.IPs,
 	}
 	m.handles[c.key] = hs

@@ -30,8 +30,18 @@ type searchResult struct {
 	Block netip.Prefix `json:"block,omitzero"`
 	Addr  netip.Addr   `json:"addr,omitzero"`
 	Node  string       `json:"node,omitempty"`
-	// rank orders hits: exact before prefix before substring matches.
-	rank int
+	// rank orders hits: exact before prefix before substring matches;
+	// order keeps handle hits in handle ID order within a rank.
+	rank, order int
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' || c >= 0x80 {
+			return true
+		}
+	}
+	return false
 }
 
 // search finds q as an address, a block, or a pod, node, container or
@@ -76,13 +86,18 @@ func (m *model) search(q string) searchView {
 	}
 	lq := strings.ToLower(q)
 	rank := func(s string) int {
-		ls := strings.ToLower(s)
+		// Names are mostly lower case already (Kubernetes names are):
+		// fold only when needed, so a search over every handle does not
+		// allocate per handle.
+		if hasUpper(s) {
+			s = strings.ToLower(s)
+		}
 		switch {
-		case ls == lq:
+		case s == lq:
 			return 0
-		case strings.HasPrefix(ls, lq):
+		case strings.HasPrefix(s, lq):
 			return 1
-		case strings.Contains(ls, lq):
+		case strings.Contains(s, lq):
 			return 2
 		}
 		return -1
@@ -120,35 +135,71 @@ func (m *model) search(q string) searchView {
 		}
 		res = append(res, sr)
 	}
-	// Pods, containers and handles: one hit per address.
+	// Pods, containers and handles: one hit per address. Hits are
+	// collected cheaply, ordered by rank and handle, and only the
+	// results returned are labelled.
+	type hit struct {
+		rank int
+		kind string
+		h    *handleState
+	}
+	var hits []hit
+	withNS := strings.Contains(lq, "/")
 	for _, h := range m.handles {
 		best, kind := -1, ""
-		pod := h.pod
-		if h.namespace != "" && pod != "" {
-			pod = h.namespace + "/" + h.pod
-		}
-		for _, c := range []struct{ kind, s string }{{"pod", h.pod}, {"pod", pod}, {"handle", h.containerID}, {"handle", h.id}} {
-			if c.s == "" {
-				continue
+		try := func(k, s string) {
+			if s == "" {
+				return
 			}
-			if r := rank(c.s); r >= 0 && (best < 0 || r < best) {
-				best, kind = r, c.kind
+			if r := rank(s); r >= 0 && (best < 0 || r < best) {
+				best, kind = r, k
 			}
 		}
-		if best < 0 {
-			continue
+		try("pod", h.pod)
+		if withNS && h.namespace != "" && h.pod != "" {
+			try("pod", h.namespace+"/"+h.pod)
 		}
-		name := pod
-		if kind == "handle" || name == "" {
+		try("handle", h.containerID)
+		try("handle", h.id)
+		if best >= 0 {
+			hits = append(hits, hit{rank: best, kind: kind, h: h})
+		}
+	}
+	slices.SortFunc(hits, func(a, b hit) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.h.id, b.h.id)) })
+	for _, x := range hits {
+		if len(res) > 2*maxResults {
+			out.More = true
+			break
+		}
+		h := x.h
+		name := h.pod
+		if h.namespace != "" && name != "" {
+			name = h.namespace + "/" + h.pod
+		}
+		if x.kind == "handle" || name == "" {
 			name = "handle " + h.id
 		}
 		for _, ip := range h.ips {
-			res = append(res, searchResult{Kind: kind, rank: best, Pool: ip.Pool, Block: ip.Block, Addr: ip.Addr, Node: h.node,
-				Label: fmt.Sprintf("%s — %s on %s", name, ip.Addr, nodeOrNone(h.node))})
+			res = append(res, searchResult{Kind: x.kind, rank: x.rank, Pool: ip.Pool, Block: ip.Block, Addr: ip.Addr, Node: h.node,
+				Label: fmt.Sprintf("%s — %s on %s", name, ip.Addr, nodeOrNone(h.node)), order: len(res)})
 		}
 	}
-	slices.SortFunc(res, func(a, b searchResult) int {
-		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.Label, b.Label))
+	// Nodes first within a rank (by name), then handles in the order
+	// found above (by handle ID, addresses in the handle's order).
+	slices.SortStableFunc(res, func(a, b searchResult) int {
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
+			return c
+		}
+		if (a.Kind == "node") != (b.Kind == "node") {
+			if a.Kind == "node" {
+				return -1
+			}
+			return 1
+		}
+		if a.Kind == "node" {
+			return cmp.Compare(a.Node, b.Node)
+		}
+		return cmp.Compare(a.order, b.order)
 	})
 	if len(res) > maxResults {
 		res, out.More = res[:maxResults], true

@@ -93,9 +93,9 @@ type blockView struct {
 	Node     string  `json:"node,omitempty"`
 	InUse    int     `json:"inUse"`
 	Reserved int     `json:"reserved"`
-	Borrowed int     `json:"borrowed"`
-	Leaks    int     `json:"leaks"`
-	Orphans  int     `json:"orphans"`
+	Borrowed int     `json:"borrowed,omitempty"`
+	Leaks    int     `json:"leaks,omitempty"`
+	Orphans  int     `json:"orphans,omitempty"`
 }
 
 // nodesView is GET /api/nodes.

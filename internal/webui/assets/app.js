@@ -95,14 +95,17 @@
       const t1 = performance.now();
       st.ov = ov; st.nodes = nodes; st.colors = ov.colors || {};
       renderPools();
+      const tp = performance.now();
       renderNodes();
+      const tn = performance.now();
       if (st.selected) await loadDetail(st.selected, false);
       const t2 = performance.now();
+      ipkMap.timing.steps = { pools: tp - t1, nodes: tn - tp, detail: t2 - tn };
       banner(ov.error ? 'Reading the datastore failed (showing the last state read): ' + ov.error : '');
       ipkMap.revision = ov.revision;
       ipkMap.generation = ov.generation;
       ipkMap.updates++;
-      ipkMap.timing = { fetchMs: t1 - t0, renderMs: t2 - t1, readyAt: ipkMap.timing.readyAt || t2, lastAt: t2 };
+      ipkMap.timing = { fetchMs: t1 - t0, renderMs: t2 - t1, readyAt: ipkMap.timing.readyAt || t2, lastAt: t2, steps: ipkMap.timing.steps };
       if (!ipkMap.ready) { ipkMap.ready = true; document.documentElement.dataset.ready = 'true'; }
       updateStatus();
     } catch (e) {
@@ -232,6 +235,12 @@
     const ctx = sizeCanvas(gridC, cols * s, rows * s);
     ctx.fillStyle = '#ffffff';
     ctx.fillRect(0, 0, cols * s, rows * s);
+    if (gap === 0 && p.layout === 'linear') {
+      // Cells touch: paint every cell unclaimed at once, then draw the rest.
+      ctx.fillStyle = C.unclaimed;
+      ctx.fillRect(0, 0, cols * s, Math.floor(n / cols) * s);
+      ctx.fillRect(0, Math.floor(n / cols) * s, (n % cols) * s, s);
+    }
     const out = { layout: p.layout, cell: s, cols, rows, blocks: [], gaps: 0, unclaimed: 0 };
     const sel = st.selected && st.selected.pool === p.name ? st.selected.cidr : null;
     let selCell = null;
@@ -239,13 +248,15 @@
       const x = (i % cols) * s, y = Math.floor(i / cols) * s, w = s - gap, h = s - gap;
       if (c.gapCell) { drawGapCell(ctx, x, y, w, h); out.gaps++; return; }
       if (c.unclaimed) {
-        ctx.fillStyle = c.noroom ? C.noroom : C.unclaimed;
-        ctx.fillRect(x, y, w, h);
+        if (gap !== 0 || c.noroom) {
+          ctx.fillStyle = c.noroom ? C.noroom : C.unclaimed;
+          ctx.fillRect(x, y, w, h);
+        }
         out.unclaimed++;
         return;
       }
       const d = drawBlockCell(ctx, x, y, w, h, c, p);
-      out.blocks.push(Object.assign({ cidr: c.cidr, node: c.node || '', x, y, w, h, inUse: c.inUse, borrowed: c.borrowed, leaks: c.leaks, reserved: c.reserved }, d));
+      out.blocks.push(Object.assign({ cidr: c.cidr, node: c.node || '', x, y, w, h, inUse: c.inUse, borrowed: c.borrowed || 0, leaks: c.leaks || 0, reserved: c.reserved }, d));
       if (sel === c.cidr) selCell = [x, y, w, h];
     });
     if (selCell) {
@@ -584,7 +595,8 @@
     const f = $('#nodefilter').value.trim().toLowerCase();
     const key = st.nodeSort;
     let list = f ? all.filter((n) => n.name.toLowerCase().includes(f)) : all.slice();
-    list.sort((a, b) => (key === 'name' ? a.name.localeCompare(b.name) : b[key] - a[key] || a.name.localeCompare(b.name)));
+    const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+    list.sort((a, b) => (key === 'name' ? byName(a, b) : b[key] - a[key] || byName(a, b)));
     const limit = st.nodeAll || f ? list.length : 50;
     const shown = list.slice(0, limit);
     tbody.replaceChildren(...shown.map((n) => {

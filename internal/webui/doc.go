@@ -1,0 +1,64 @@
+// Package webui is the address map: a read-only web page that draws a
+// datastore's address space — every pool as a bar of its addresses and its
+// blocks as a grid coloured by the node that claims them, filled by use,
+// with borrowed addresses, reserved addresses and leak candidates marked —
+// with a node table, search by IP, block, pod or node, the addresses of a
+// clicked block, and live updates. The page (HTML, CSS and plain
+// JavaScript, embedded in the binary) uses only the JSON API below.
+//
+// # Serving it
+//
+// New returns a *UI; it is an http.Handler, and Run keeps its view of the
+// datastore current until its context ends (Serve does both on a
+// listener). The controller mounts it with:
+//
+//	u, err := webui.New(webui.Options{Datastore: ds, Leaks: ctrl, Listen: addr, Token: tok})
+//	go u.Run(ctx)
+//	mux.Handle("/map/", http.StripPrefix("/map", u))
+//
+// Every URL the page uses is relative, so it works under any prefix.
+// Options.Leaks (the controller's LeakSource) supplies leak candidates;
+// ipkeeperctl ui passes none.
+//
+// # Access
+//
+// The map never writes: methods other than GET and HEAD get 405. When
+// Options.Listen is not a loopback address (or "localhost"), every request
+// must carry the bearer token (Options.Token, or one Options.Authenticate
+// approves, e.g. by a Kubernetes TokenReview): "Authorization: Bearer T",
+// or the cookie set by opening the page once as ".../?token=T" (browsers
+// cannot add headers to an EventSource); New refuses such a Listen without
+// a way to check tokens. On loopback no token is needed unless one is
+// configured, and requests whose Host header is not a loopback name are
+// refused (403), so a rebound DNS name cannot read the map.
+//
+// # Following the datastore
+//
+// The map keeps a mirror of the pools, blocks and handles with per-block
+// counts, so requests never read the datastore. etcd is read once and then
+// followed with a watch from the revision read before (a broken watch is
+// followed by a fresh read, diffed against the mirror). The local store
+// holds a file lock while open, so it is opened only to read it: when
+// inotify reports a write to its file (at most once a second) or, polled
+// every second, its modification time, size or inode changed; an unchanged
+// revision (local.Store.Revision) ends the read at once. A store that does
+// not exist is shown empty and is not created. Every change bumps a
+// generation; the rendered overview and node table are cached per
+// generation.
+//
+// # JSON API
+//
+//	GET /api/pools          every pool with per-block counts (the overview)
+//	GET /api/nodes          per node: blocks, addresses, in use, borrowed, lent, pods
+//	GET /api/blocks/{cidr}  one block's addresses; {cidr} may be 10.0.0.0/26,
+//	                        10.0.0.0-26 or any address in it; ?pool= picks the pool
+//	GET /api/search?q=      an IP, a block, or a pod, node, container or handle name
+//	GET /api/events         server-sent "update" events: {revision, generation, loaded, error}
+//
+// /api/pools and /api/nodes carry an ETag (the generation) and are served
+// gzip-compressed when asked. Errors are {"error": "..."} with 400 (a
+// malformed reference, a prefix that is not a block), 404 (no pool holds
+// it) or 401/403/405 as above. The fields are documented on the view
+// types (overview, poolView, blockView, nodeView, blockDetail, addrView,
+// searchView) and in the README's "Address map" section.
+package webui
