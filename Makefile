@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd clean
+.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd image clean
 
 all: build
 
@@ -112,6 +112,11 @@ bench: build $(TOOLS_BIN)/host-local
 # host-local, and the 5 000-node scale run.
 bench-etcd: build $(TOOLS_BIN)/host-local
 	$(GO) run ./test/bench/etcd -ipkeeper $(BIN)/ipkeeper -host-local $(TOOLS_BIN)/host-local -scale
+
+# The container image as an OCI layout in bin/oci, built without a container
+# daemon (static binaries in /usr/local/bin; see deploy/Dockerfile).
+image:
+	$(GO) run ./tools/image -o $(BIN)/oci
 
 clean:
 	rm -rf $(BIN)
