@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ const (
 )
 
 // installPlugin copies the plugin binary into the CNI bin dir (0755).
-func installPlugin(o options, log *slog.Logger) error {
+func installPlugin(o Options, log *slog.Logger) error {
 	name := filepath.Base(o.plugin)
 	changed, err := copyAtomic(o.plugin, o.cniBinDir, name, 0o755)
 	if err != nil {
@@ -36,7 +36,7 @@ func installPlugin(o options, log *slog.Logger) error {
 // refresh brings the kubeconfig, the TLS files and the config list up to
 // date, in that order: the config names the other two, so they are in
 // place before a runtime can read a config that names them.
-func refresh(o options, log *slog.Logger) error {
+func refresh(o Options, log *slog.Logger) error {
 	if o.kubeconfigName != "" {
 		data, err := renderKubeconfig(o)
 		if err != nil {
@@ -85,7 +85,7 @@ func checkConflist(path string) error {
 }
 
 // substitute fills in the placeholders of the config list.
-func substitute(o options, src []byte) ([]byte, error) {
+func substitute(o Options, src []byte) ([]byte, error) {
 	out := src
 	if bytes.Contains(out, []byte(nodeNamePlaceholder)) {
 		if o.nodeName == "" {
@@ -137,7 +137,7 @@ type namedContext struct {
 
 // renderKubeconfig builds the plugin's kubeconfig from the current token
 // and CA files.
-func renderKubeconfig(o options) ([]byte, error) {
+func renderKubeconfig(o Options) ([]byte, error) {
 	tok, err := os.ReadFile(o.tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("read --token-file: %w", err)
@@ -170,7 +170,7 @@ func renderKubeconfig(o options) ([]byte, error) {
 
 // syncTLS makes cniConfDir/tlsDirName hold exactly the files of tlsDir
 // (directory 0700, files 0600).
-func syncTLS(o options, log *slog.Logger) error {
+func syncTLS(o Options, log *slog.Logger) error {
 	files, err := readDirFiles(o.tlsDir)
 	if err != nil {
 		return fmt.Errorf("read --tls-dir: %w", err)
@@ -209,7 +209,7 @@ func syncTLS(o options, log *slog.Logger) error {
 // uninstall removes what install writes: the plugin, the config list, the
 // kubeconfig and the TLS directory. Pods still attached through ipkeeper
 // need the plugin for their DEL, so this runs only when they are gone.
-func uninstall(o options, log *slog.Logger) error {
+func uninstall(o Options, log *slog.Logger) error {
 	paths := []string{filepath.Join(o.cniBinDir, filepath.Base(o.plugin))}
 	if o.conflistName != "" {
 		paths = append(paths, filepath.Join(o.cniConfDir, o.conflistName))
