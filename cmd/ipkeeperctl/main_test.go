@@ -50,9 +50,13 @@ type env struct {
 	t     *testing.T
 	store string
 	node  string
+	// sandboxes holds the stand-in network namespaces netns makes.
+	sandboxes string
 }
 
-func newEnv(t *testing.T, node string) *env { return &env{t: t, store: t.TempDir(), node: node} }
+func newEnv(t *testing.T, node string) *env {
+	return &env{t: t, store: t.TempDir(), node: node, sandboxes: t.TempDir()}
+}
 
 func (e *env) environ(extra ...string) []string {
 	return append(os.Environ(), append([]string{"IPKEEPER_LOCAL_PATH=" + e.store, "NODENAME=" + e.node}, extra...)...)
@@ -144,6 +148,11 @@ func (e *env) cni(command, containerID, ifname, netns string, conf []byte) cniRe
 	if runErr != nil && r.Code == 0 {
 		e.t.Fatalf("plugin %s failed without an error object: %v\n%s", command, runErr, errb.String())
 	}
+	if command == "ADD" && filepath.Dir(netns) == e.sandboxes {
+		if err := os.WriteFile(netns, nil, 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	return r
 }
 
@@ -155,14 +164,13 @@ func (r cniResult) addr(t *testing.T) netip.Addr {
 	return netip.MustParsePrefix(r.IPs[0].Address).Addr()
 }
 
-// netns is a stand-in network namespace path that exists.
+// netns is a stand-in network namespace path: it does not exist when the
+// plugin's ADD gets it (the plugin refuses a CNI_NETNS that exists and is
+// no network namespace) and exists from the ADD's return on, so that
+// ipkeeperctl's liveness checks (a sandbox whose netns path exists is
+// live) see a running container.
 func (e *env) netns(name string) string {
-	e.t.Helper()
-	p := filepath.Join(e.t.TempDir(), name)
-	if err := os.WriteFile(p, nil, 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	return p
+	return filepath.Join(e.sandboxes, name)
 }
 
 func TestExitStatusesAndJSON(t *testing.T) {
