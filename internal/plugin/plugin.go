@@ -166,6 +166,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			req.Sets = append(req.Sets, set.Names())
 		}
 		h, err := s.alloc.Allocate(ctx, req)
+		if errors.Is(err, allocator.ErrExhausted) {
+			// A full pool: an earlier sandbox of this pod may hand its
+			// addresses over (see takeover.go).
+			h, err = p.takeOver(ctx, s.alloc, req, err)
+		}
 		if errors.Is(err, allocator.ErrNoPool) {
 			return fmt.Errorf("node %q: %w", s.conf.NodeName, err)
 		}
