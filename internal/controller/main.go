@@ -26,6 +26,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
 // LeaseName is the name of the leader-election Lease (the shipped RBAC
@@ -45,6 +46,12 @@ type Options struct {
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
 	LogLevel       string
+	// MapAddr is where the address map is served ("" for nowhere);
+	// beyond loopback it needs MapToken or MapTokenReview.
+	MapAddr        string
+	MapToken       string
+	MapTokenReview bool
+	MapAllow       []string
 }
 
 func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
@@ -63,6 +70,10 @@ func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", 10*time.Second, "leader election: how long the leader retries renewing before it steps down")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", 2*time.Second, "leader election: wait between attempts")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.MapAddr, "map-addr", DefaultMapAddr, "address serving the address map, a read-only web page of the pools, blocks and leak candidates (empty: none); beyond loopback callers need a bearer token")
+	fs.StringVar(&o.MapToken, "map-token", "", "bearer token the address map accepts (default $"+webui.TokenEnv+")")
+	fs.BoolVar(&o.MapTokenReview, "map-tokenreview", false, "the address map also accepts bearer tokens the Kubernetes API authenticates (TokenReview), e.g. a ServiceAccount's")
+	fs.StringSliceVar(&o.MapAllow, "map-allow", nil, "with --map-tokenreview, accept only these users and groups (default: every authenticated user)")
 }
 
 // Main runs ipkeeper-controller with args (without the program name) until
@@ -73,7 +84,7 @@ func Main(args []string, stderr io.Writer, getenv func(string) string) int {
 	var o Options
 	o.register(fs, getenv)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "ipkeeper-controller reclaims leaked addresses: allocations of pods that are gone or finished,\nof deleted nodes and of older sandboxes, after --leak-grace, watching the Kubernetes API.\n\nFlags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "ipkeeper-controller reclaims leaked addresses: allocations of pods that are gone or finished,\nof deleted nodes and of older sandboxes, after --leak-grace, watching the Kubernetes API.\nIt serves the address map, a read-only web page of the pools, blocks and leak candidates, on\n--map-addr (loopback unless told otherwise).\n\nFlags:\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -140,6 +151,21 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 		return err
 	}
 	defer c.Shutdown()
+	if o.MapAddr != "" {
+		if o.MapToken == "" {
+			o.MapToken = getenv(webui.TokenEnv)
+		}
+		ml, err := c.NewMapLeaks()
+		if err != nil {
+			return err
+		}
+		stopMap, err := serveMap(ctx, mapConfig{addr: o.MapAddr, token: o.MapToken, tokenReview: o.MapTokenReview,
+			allow: o.MapAllow, ds: ds, leaks: ml, client: client, log: log})
+		if err != nil {
+			return err
+		}
+		defer stopMap()
+	}
 
 	id := identity()
 	var health *leaderelection.HealthzAdaptor

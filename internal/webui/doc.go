@@ -10,14 +10,15 @@
 //
 // New returns a *UI; it is an http.Handler, and Run keeps its view of the
 // datastore current until its context ends (Serve does both on a
-// listener). The controller mounts it with:
+// listener). ipkeeper-controller serves it on a listener of its own
+// (--map-addr) with its leak source and a TokenReview authenticator:
 //
-//	u, err := webui.New(webui.Options{Datastore: ds, Leaks: ctrl, Listen: addr, Token: tok})
-//	go u.Run(ctx)
-//	mux.Handle("/map/", http.StripPrefix("/map", u))
+//	u, err := webui.New(webui.Options{Datastore: ds, Leaks: ml, Listen: addr, Token: tok, Authenticate: review})
+//	err = u.Serve(ctx, listener)
 //
-// Every URL the page uses is relative, so it works under any prefix.
-// Options.Leaks (the controller's LeakSource) supplies leak candidates;
+// Every URL the page uses is relative, so it also works mounted under a
+// prefix (mux.Handle("/map/", http.StripPrefix("/map", u)) with Run
+// started beside it). Options.Leaks supplies leak candidates;
 // ipkeeperctl ui passes none.
 //
 // # Access

@@ -48,10 +48,12 @@ var grants = []struct {
 		"leases.coordination.k8s.io [ipkeeper-controller] [get update]",
 		"nodes [] [list watch]",
 		"pods [] [list watch]",
+		"tokenreviews.authentication.k8s.io [] [create]",
 	}},
 	{"ipkeeper-controller", "default", []string{
 		"nodes [] [list watch]",
 		"pods [] [list watch]",
+		"tokenreviews.authentication.k8s.io [] [create]",
 	}},
 }
 
