@@ -327,6 +327,28 @@ func TestTakeOverGuarded(t *testing.T) {
 			}
 			return h.ID
 		}},
+		{"record rewritten", func(t *testing.T, a0 *allocator.Allocator, c allocator.Observed, pools []ipam.Pool) string {
+			// The record changes and its blocks do not: only the guard on
+			// the handle's own version can tell.
+			h := c.Handle
+			h.Node = "node-z"
+			if err := a0.Store().Txn(ctx, []kv.Cond{{Key: c.Key, Version: c.Version}}, []kv.Op{{Key: c.Key, Value: allocator.Encode(h)}}); err != nil {
+				t.Fatal(err)
+			}
+			return h.ID
+		}},
+		{"record written again unchanged", func(t *testing.T, a0 *allocator.Allocator, c allocator.Observed, pools []ipam.Pool) string {
+			// Only the version changes: the observation is stale all the
+			// same, and the takeover says so rather than retrying on.
+			es, err := a0.Store().Get(ctx, c.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a0.Store().Txn(ctx, []kv.Cond{{Key: c.Key, Version: c.Version}}, []kv.Op{{Key: c.Key, Value: es[0].Value}}); err != nil {
+				t.Fatal(err)
+			}
+			return c.Handle.ID
+		}},
 		{"taken over by another sandbox", func(t *testing.T, a0 *allocator.Allocator, c allocator.Observed, pools []ipam.Pool) string {
 			h, err := a0.TakeOver(ctx, sandbox("node-a", "rival-a", "uid-a", pools), c)
 			if err != nil {
@@ -418,6 +440,27 @@ func TestTakeoverCandidatesOrder(t *testing.T) {
 			if !slices.Equal(got, []string{"s3", "s2", "s1"}) {
 				t.Fatalf("candidates %v, want s3 s2 s1", got)
 			}
+		})
+	}
+}
+
+// TestTakeOverMismatchedObservation: an observation at the stored version
+// whose record differs from the stored one (a store whose versions could
+// lie, or a caller's mistake) takes nothing.
+func TestTakeOverMismatchedObservation(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range takeoverBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			pools := takeoverFamilies[0].pools
+			a, s, _ := setupTakeover(t, b, pools)
+			req := sandbox("node-a", "new-a", "uid-a", pools)
+			c := onlyCandidate(t, a, req)
+			c.Handle.Created = c.Handle.Created.Add(time.Hour)
+			before := snapshot(t, s)
+			if _, err := a.TakeOver(ctx, req, c); !errors.Is(err, allocator.ErrHandleChanged) {
+				t.Fatalf("TakeOver: %v, want ErrHandleChanged", err)
+			}
+			sameStore(t, "a mismatched observation", before, s)
 		})
 	}
 }
