@@ -21,6 +21,15 @@
 // every replica keeps its informers warm. The only state kept between
 // passes is when each candidate was first seen: a restart or failover
 // only delays releases by one grace period.
+//
+// A replica that did not run for a while (stopped, a frozen VM, a starved
+// host) may have lost its Lease without knowing yet: the elector ends its
+// term only after the renew deadline, and until then the reconcile loop
+// would go on releasing on its old confirmations beside the new leader.
+// A pause is noticed (stallGuard) before every release; the pass then
+// stops, and every candidate must be seen leaked for a whole grace period
+// again — longer than the elector needs to end a lost term (renew
+// deadline plus retry period) when the grace period is.
 package controller
 
 import (
@@ -84,6 +93,13 @@ type Controller struct {
 	handles leaks.Tracker
 	nodes   leaks.Tracker
 	usable  map[string]uint64 // pool definition -> usable addresses
+
+	// reconcileMu lets one term's loop end before the next one starts
+	// (the elector does not wait for it).
+	reconcileMu sync.Mutex
+	guard       stallGuard
+	// stallsSeen is guard.count() when the trackers were last reset.
+	stallsSeen int
 
 	ready atomic.Bool
 }
@@ -153,6 +169,13 @@ func (c *Controller) Shutdown() {
 // It starts from an empty tracker: candidates are first seen by its first
 // pass. Call Sync first.
 func (c *Controller) Reconcile(ctx context.Context) {
+	c.reconcileMu.Lock()
+	defer c.reconcileMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	guardDone := c.guard.start(ctx)
+	defer guardDone()
 	c.resetTrackers()
 	c.m.leader.Set(1)
 	defer c.m.leader.Set(0)
@@ -198,6 +221,20 @@ func (c *Controller) Reconcile(ctx context.Context) {
 func (c *Controller) resetTrackers() {
 	c.handles = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.nodes = leaks.Tracker{Grace: c.cfg.LeakGrace}
+	c.stallsSeen = c.guard.count()
+}
+
+// paused reports whether the process was paused since the trackers were
+// last reset; if so it resets them, so that nothing is released before
+// every candidate was seen leaked for a grace period after the pause.
+func (c *Controller) paused() bool {
+	if c.guard.count() == c.stallsSeen {
+		return false
+	}
+	c.log.Warn("this process was paused: releases wait until leaks are confirmed again a grace period from now",
+		"grace", c.cfg.LeakGrace.String())
+	c.resetTrackers()
+	return true
 }
 
 // openStore returns the datastore for one pass and what to call after it.
@@ -237,6 +274,7 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	}
 	defer done()
 	a := allocator.New(st, c.log)
+	c.paused() // a pause before this pass: no confirmation from before it counts
 
 	// The handles first, then the view: no handle is newer than the view.
 	obs, err := a.ObserveHandles(ctx)
@@ -289,15 +327,24 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 			confirmed, goneNodes = nil, nil
 		}
 	}
+	// Before each release: the term may have ended (ctx), or the process
+	// may have been paused and lost its Lease without knowing yet.
+	retry := c.cfg.Now().Add(c.cfg.Debounce)
 	for _, k := range confirmed {
 		if err := ctx.Err(); err != nil {
 			return next, err
+		}
+		if c.paused() {
+			return retry, nil
 		}
 		c.release(ctx, a, byKey[k], leakOf[k])
 	}
 	for _, n := range goneNodes {
 		if err := ctx.Err(); err != nil {
 			return next, err
+		}
+		if c.paused() {
+			return retry, nil
 		}
 		c.freeNode(ctx, a, n)
 	}

@@ -48,7 +48,8 @@ func freePort(t *testing.T) int {
 func startController(t *testing.T, name string, env []string, flags ...string) *proc {
 	t.Helper()
 	port := freePort(t)
-	args := append([]string{"--kubeconfig", saKubeconfig, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, flags...)
+	args := append([]string{"--kubeconfig", saKubeconfig, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, noMapFlags()...)
+	args = append(args, flags...)
 	cmd := exec.Command(controllerBin, args...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	stderr, err := cmd.StderrPipe()
@@ -78,6 +79,23 @@ func startController(t *testing.T, name string, env []string, flags ...string) *
 	return p
 }
 
+var (
+	mapFlagOnce sync.Once
+	mapFlag     []string
+)
+
+// noMapFlags turns the address map off when the binary serves one (on a
+// fixed default port, which replicas side by side would both want).
+func noMapFlags() []string {
+	mapFlagOnce.Do(func() {
+		out, _ := exec.Command(controllerBin, "--help").CombinedOutput()
+		if strings.Contains(string(out), "--map-addr") {
+			mapFlag = []string{"--map-addr="}
+		}
+	})
+	return mapFlag
+}
+
 func (p *proc) read(r io.Reader) {
 	defer close(p.done)
 	sc := bufio.NewScanner(r)
@@ -99,7 +117,7 @@ func (p *proc) stop() {
 	if p.cmd.ProcessState == nil {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		exited := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(exited) }()
+		go func() { p.wait(); close(exited) }()
 		select {
 		case <-exited:
 		case <-time.After(20 * time.Second):
@@ -113,14 +131,25 @@ func (p *proc) stop() {
 	p.t.Logf("%s (pid %d) log:\n%s", p.name, p.cmd.Process.Pid, strings.Join(p.lines, "\n"))
 }
 
-// kill9 kills the process with SIGKILL and waits for it.
+// kill9 kills the process with SIGKILL and waits for it; every line it
+// wrote has been read when kill9 returns.
 func (p *proc) kill9() {
 	_ = p.cmd.Process.Kill()
+	p.wait()
+}
+
+// wait waits until the log pipe has been read to its end (the process
+// exited), then reaps the process: Wait closes the pipe, so reading must
+// be over first.
+func (p *proc) wait() {
+	<-p.done
 	_ = p.cmd.Wait()
 }
 
 // sigstop and sigcont pause and resume the process.
 func (p *proc) sigstop() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+func (p *proc) sigcont() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
 
 // logCount counts log lines containing every one of subs.
 func (p *proc) logCount(subs ...string) int {
