@@ -121,10 +121,11 @@ func (a *Allocator) TakeoverCandidates(ctx context.Context, h ipam.Handle) ([]Ob
 // handle old — an earlier sandbox's allocation of the same pod and
 // interface (see takeoverIdentity) — and deletes old, in one transaction
 // guarded by old's observed version, the absence of req's handle, the
-// versions of the request's pools and of every block it changes. Each
-// address changes owner in its block in place (its place in no free
-// queue changes), and the new handle records req's attachment, pod and
-// network namespace with the addresses in the order of req.Sets.
+// versions of the request's pools and of every block it changes (a pool
+// the request defines is checked, or an imported one adopted, as Allocate
+// does). Each address changes owner in its block in place (no free queue
+// changes), and the new handle records req's attachment, pod and network
+// namespace with the addresses in the order of req.Sets.
 //
 // Old's addresses are taken all or none, and only when they satisfy the
 // request exactly: one address per range set, each in a usable pool of
@@ -218,12 +219,23 @@ func (a *Allocator) takeOverOnce(ctx context.Context, req Request, o Observed) (
 		if e.Version == 0 {
 			return ipam.Handle{}, fmt.Errorf("%w: pool %q does not exist", ErrTakeoverRefused, n)
 		}
+		if def, ok := findPool(req.Define, n); ok {
+			// As Allocate: the config's definition must match the stored
+			// one, or adopts an imported pool (the allocations that would
+			// have adopted it all failed: the pool was full).
+			pool, put, err := reconcilePool(e, def)
+			if err != nil {
+				return ipam.Handle{}, err
+			}
+			pools[n] = pool
+			if put != nil {
+				ops = append(ops, *put)
+			}
+			continue
+		}
 		pool, err := decode[ipam.Pool](e)
 		if err != nil {
 			return ipam.Handle{}, err
-		}
-		if def, ok := findPool(req.Define, n); ok && !pool.SameDefinition(def) {
-			return ipam.Handle{}, fmt.Errorf("%w: pool %q is stored with another definition than the config's", ErrTakeoverRefused, n)
 		}
 		pools[n] = pool
 	}

@@ -464,3 +464,48 @@ func TestTakeOverMismatchedObservation(t *testing.T) {
 		})
 	}
 }
+
+// TestTakeOverAdoptsImportedPool: a pool an import created, full from the
+// start, is adopted by the config's definition in the takeover's own
+// transaction, as an allocation would have adopted it.
+func TestTakeOverAdoptsImportedPool(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range takeoverBackends(t) {
+		for _, f := range guardFamilies {
+			t.Run(b.name+"/"+f.name, func(t *testing.T) {
+				s := b.open(t)
+				a := newAllocator(t, s)
+				imported := f.pool
+				imported.Origin = "import"
+				imported.Gateway = imported.CIDR.Addr().Next()
+				if err := a.CreatePool(ctx, imported); err != nil {
+					t.Fatal(err)
+				}
+				pools := []ipam.Pool{f.pool}
+				old, err := a.Allocate(ctx, sandbox("node-a", "old-a", "uid-a", pools)) // no Define: as the importer wrote it
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a.Allocate(ctx, sandbox("node-a", "b", "uid-b", pools)); err != nil {
+					t.Fatal(err)
+				}
+				def := f.pool
+				def.Origin = "config"
+				req := sandbox("node-a", "new-a", "uid-a", pools)
+				req.Define = []ipam.Pool{def}
+				if _, err := a.Allocate(ctx, req); !errors.Is(err, allocator.ErrExhausted) {
+					t.Fatalf("test setup: %v, want ErrExhausted", err)
+				}
+				h, err := a.TakeOver(ctx, req, onlyCandidate(t, a, req))
+				if err != nil || !slices.Equal(h.IPs, old.IPs) {
+					t.Fatalf("TakeOver: %+v, %v; want %v", h, err, old.IPs)
+				}
+				stored, err := a.Pool(ctx, f.pool.Name)
+				if err != nil || stored.Origin != "config" || stored.Gateway.IsValid() {
+					t.Fatalf("pool after the takeover: %+v (%v), want the config's definition", stored, err)
+				}
+				checkConsistent(t, a, s)
+			})
+		}
+	}
+}
