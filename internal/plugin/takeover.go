@@ -14,6 +14,8 @@ import (
 // reboot, pods stuck in ContainerCreating on a full pool because their own
 // old reservation blocks them). Add calls it only when Allocate failed
 // with ErrExhausted (CNI 100), never otherwise; exhausted is that error.
+// A static address the old sandbox still holds thus fails with 102 as
+// before (the pool may have room): ipkeeper-controller frees it.
 //
 // When the runtime named the pod (K8S_POD_UID in CNI_ARGS, which the
 // kubelet always passes; the kubernetes object of the config is not
