@@ -25,13 +25,22 @@ type stallGuard struct {
 	// last is the latest heartbeat; zero while no term runs.
 	last   time.Time
 	stalls int
+	// now is the clock (time.Now when nil; tests set it).
+	now func() time.Time
+}
+
+func (g *stallGuard) clock() time.Time {
+	if g.now != nil {
+		return g.now()
+	}
+	return time.Now()
 }
 
 // start beats the guard until ctx ends or the returned stop is called;
 // stop waits for the ticker to end.
 func (g *stallGuard) start(ctx context.Context) (stop func()) {
 	g.mu.Lock()
-	g.last = time.Now()
+	g.last = g.clock()
 	g.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -64,7 +73,7 @@ func (g *stallGuard) count() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.last.IsZero() {
-		now := time.Now()
+		now := g.clock()
 		if now.Sub(g.last) > stallLimit {
 			g.stalls++
 		}
