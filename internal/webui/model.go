@@ -45,6 +45,13 @@ type model struct {
 	leakList []LeakCandidate   // as last reported, sorted
 	bad      map[string]string // undecodable keys -> why
 	strs     map[string]string // interned node and namespace names
+
+	// idx is the handles' search index, built by the first search (under
+	// idxMu, with mu held for reading) and again when idxAdded, the
+	// handles put since (under mu), has grown large.
+	idxMu    sync.Mutex
+	idx      *handleIndex
+	idxAdded []*handleState
 }
 
 type poolState struct {
@@ -347,6 +354,9 @@ func (m *model) putHandle(c change, d *dirty) error {
 		created: h.Created, ips: h.IPs,
 	}
 	m.handles[c.key] = hs
+	if m.idx != nil {
+		m.idxAdded = append(m.idxAdded, hs)
+	}
 	m.byID[hs.id] = hs
 	m.podCount[hs.node]++
 	d.handle(hs) // blocks that named it before it arrived counted an orphan

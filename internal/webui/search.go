@@ -145,7 +145,7 @@ func (m *model) search(q string) searchView {
 	}
 	var hits []hit
 	withNS := strings.Contains(lq, "/")
-	for _, h := range m.handles {
+	for h := range m.searchHandles(lq) {
 		best, kind := -1, ""
 		try := func(k, s string) {
 			if s == "" {
@@ -165,7 +165,11 @@ func (m *model) search(q string) searchView {
 			hits = append(hits, hit{rank: best, kind: kind, h: h})
 		}
 	}
-	slices.SortFunc(hits, func(a, b hit) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.h.id, b.h.id)) })
+	// Every hit adds at least one result: the first 2*maxResults+1 hits
+	// are all that can be shown (or tell that more were found).
+	hits = smallest(hits, 2*maxResults+1, func(a, b hit) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.h.id, b.h.id))
+	})
 	for _, x := range hits {
 		if len(res) > 2*maxResults {
 			out.More = true
@@ -206,6 +210,48 @@ func (m *model) search(q string) searchView {
 	}
 	out.Results = append(out.Results, res...)
 	return out
+}
+
+// smallest returns the k smallest of xs by cmp, sorted (xs itself, sorted,
+// when it has at most k): O(n log k), so that a search matching every
+// handle does not sort them all.
+func smallest[T any](xs []T, k int, cmp func(a, b T) int) []T {
+	if len(xs) <= k {
+		slices.SortFunc(xs, cmp)
+		return xs
+	}
+	if k <= 0 {
+		return xs[:0]
+	}
+	// A max-heap of the k smallest so far.
+	h := slices.Clone(xs[:k])
+	down := func(i int) {
+		for {
+			l, big := 2*i+1, i
+			if l < k && cmp(h[l], h[big]) > 0 {
+				big = l
+			}
+			if r := l + 1; r < k && cmp(h[r], h[big]) > 0 {
+				big = r
+			}
+			if big == i {
+				return
+			}
+			h[i], h[big] = h[big], h[i]
+			i = big
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range xs[k:] {
+		if cmp(x, h[0]) < 0 {
+			h[0] = x
+			down(0)
+		}
+	}
+	slices.SortFunc(h, cmp)
+	return h
 }
 
 func nodeOrNone(n string) string {

@@ -10,7 +10,8 @@
 //  3. the page load in headless chromium: from navigation start to the
 //     overview drawn (window.ipkMap.ready), with its fetch and draw
 //     parts, for -loads fresh loads;
-//  4. one allocation at that scale: from its commit to the page drawing it.
+//  4. one allocation at that scale: from its commit to the page drawing it;
+//  5. the first API answers after a change (the overview rendered again).
 //
 // Numbers are printed, never asserted.
 //
@@ -221,6 +222,39 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Printf("\n4. an ADD (%s on node-live) drawn %v after its commit\n", h.IPs[0].Addr, time.Since(committed).Round(time.Millisecond))
+
+	// 5. The first answers after a change: the overview and node table are
+	// rendered again, the search looks at the changed handle aside. The
+	// page is closed first, so that it does not ask before the measurement.
+	bcancel()
+	st, err = datastore.OpenShared(ctx, ds)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := allocator.New(st, nil).Release(ctx, "bench.live.eth0"); err != nil {
+		log.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		log.Fatal(err)
+	}
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		var d struct {
+			InUse int `json:"inUse"`
+		}
+		if err := getJSON(base+"api/blocks/"+h.IPs[0].Block.String(), &d); err != nil {
+			log.Fatal(err)
+		}
+		if d.InUse == 0 {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			log.Fatal("the map did not see the DEL within a minute")
+		}
+	}
+	fmt.Printf("\n5. first answers after a DEL (the page closed before it)\n")
+	for _, path := range []string{"api/pools", "api/nodes", "api/search?q=pod-17", "api/search?q=live"} {
+		measureAPI(base, path, 1)
+	}
 }
 
 // datastoreFor returns the datastore to fill and a cleanup.

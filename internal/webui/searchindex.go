@@ -1,0 +1,120 @@
+package webui
+
+import (
+	"iter"
+	"sort"
+	"strings"
+)
+
+// handleIndex finds the handles whose names contain a string without
+// touching every handle: the "namespace/pod", container ID and handle ID
+// of every handle (ASCII letters folded to lower case), one entry after
+// another in one string that strings.Index scans. Handles put after it was
+// built are kept aside in model.idxAdded and looked at one by one; handles
+// deleted or replaced since are skipped (their entry names a handleState
+// the model no longer holds). It is built again when the handles put
+// since outnumber an eighth of it.
+type handleIndex struct {
+	hay    string
+	starts []int32 // where each entry begins in hay, ascending
+	hs     []*handleState
+}
+
+// rebuildAfter is how many handles may be put after the index was built
+// before it is built again, beyond an eighth of its size.
+const rebuildAfter = 1024
+
+// handleIndex returns the search index and the handles put since it was
+// built, building it when there is none or those are many. m.mu must be
+// held for reading.
+func (m *model) handleIndex() (*handleIndex, []*handleState) {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	if m.idx != nil && len(m.idxAdded) <= rebuildAfter+len(m.idx.hs)/8 {
+		return m.idx, m.idxAdded
+	}
+	x := &handleIndex{starts: make([]int32, 0, len(m.handles)), hs: make([]*handleState, 0, len(m.handles))}
+	var b strings.Builder
+	b.Grow(len(m.handles) * 48)
+	for _, h := range m.handles {
+		x.starts = append(x.starts, int32(b.Len()))
+		x.hs = append(x.hs, h)
+		b.WriteString(h.namespace)
+		b.WriteByte('/')
+		b.WriteString(h.pod)
+		b.WriteByte('\n')
+		b.WriteString(h.containerID)
+		b.WriteByte('\n')
+		b.WriteString(h.id)
+		b.WriteByte(0)
+	}
+	// Kubernetes names are lower case: this is mostly one scan. (Only
+	// ASCII letters are folded, so every entry keeps its offset.)
+	x.hay = asciiLower(b.String())
+	m.idx, m.idxAdded = x, nil
+	return x, nil
+}
+
+// searchHandles yields, once each, every current handle whose
+// "namespace/pod", container ID or handle ID may contain lq (lower case);
+// callers check the fields themselves (an entry can also match across its
+// separators). m.mu must be held for reading.
+func (m *model) searchHandles(lq string) iter.Seq[*handleState] {
+	return func(yield func(*handleState) bool) {
+		x, added := m.handleIndex()
+		current := func(h *handleState) bool { return m.handles[h.key] == h }
+		if hasUpper(lq) || strings.ContainsRune(lq, 0) {
+			// Non-ASCII letters are not folded in the index: look at
+			// every handle.
+			for _, h := range m.handles {
+				if !yield(h) {
+					return
+				}
+			}
+			return
+		}
+		for pos := 0; pos < len(x.hay); {
+			i := strings.Index(x.hay[pos:], lq)
+			if i < 0 {
+				break
+			}
+			// The entry holding the match; the scan goes on after it.
+			e := sort.Search(len(x.starts), func(k int) bool { return int(x.starts[k]) > pos+i }) - 1
+			if h := x.hs[e]; current(h) && !yield(h) {
+				return
+			}
+			if e+1 >= len(x.starts) {
+				break
+			}
+			pos = int(x.starts[e+1])
+		}
+		for _, h := range added {
+			if current(h) && !yield(h) {
+				return
+			}
+		}
+	}
+}
+
+// asciiLower folds ASCII upper case letters only, so lengths stay.
+func asciiLower(s string) string {
+	if !hasUpperASCII(s) {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+func hasUpperASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return true
+		}
+	}
+	return false
+}

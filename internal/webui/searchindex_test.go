@@ -1,0 +1,112 @@
+package webui
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+)
+
+// TestSearchIndexFollowsChanges searches by pod after the search index was
+// built and handles were then added, replaced, renamed and deleted (IPv4
+// and IPv6 side by side), and again after enough changes that the index is
+// built anew: every answer lists exactly the current handles, once each.
+func TestSearchIndexFollowsChanges(t *testing.T) {
+	for _, f := range []struct {
+		name string
+		pool ipam.Pool
+	}{{"IPv4", poolV4}, {"IPv6", poolV6}} {
+		t.Run(f.name, func(t *testing.T) {
+			m := newModel(slog.New(slog.DiscardHandler))
+			version := int64(0)
+			put := func(pod, node string, ord int) {
+				t.Helper()
+				version++
+				blk, _ := f.pool.CIDR.Addr().Prefix(f.pool.BlockSize)
+				addr := ipam.Block{CIDR: blk}.Addr(ord)
+				h := ipam.Handle{ID: "net.ctr-" + pod + ".eth0", Node: node, Namespace: "default", Pod: pod, ContainerID: "ctr-" + pod,
+					IPs: []ipam.HandleIP{{Addr: addr, Pool: f.pool.Name, Block: blk}}}
+				m.apply(version, []change{{key: allocator.HandleKey(h.ID), value: allocator.Encode(h), version: version}})
+			}
+			del := func(pod string) {
+				version++
+				m.apply(version, []change{{key: allocator.HandleKey("net.ctr-" + pod + ".eth0"), del: true, version: version}})
+			}
+			search := func(q string) string {
+				m.mu.RLock()
+				defer m.mu.RUnlock()
+				var out []string
+				for _, r := range m.search(q).Results {
+					out = append(out, fmt.Sprintf("%s %s %s", r.Kind, r.Addr, r.Node))
+				}
+				return strings.Join(out, "; ")
+			}
+			blk, _ := f.pool.CIDR.Addr().Prefix(f.pool.BlockSize)
+			addr := func(ord int) netip.Addr { return ipam.Block{CIDR: blk}.Addr(ord) }
+
+			put("web-1", "node-a", 1)
+			put("web-2", "node-a", 2)
+			put("Web-Upper", "node-a", 9)
+			if got, want := search("web-1"), fmt.Sprintf("pod %s node-a", addr(1)); got != want {
+				t.Fatalf("before any change: %q, want %q", got, want)
+			}
+			if m.idx == nil {
+				t.Fatal("the first search built no index")
+			}
+			put("web-3", "node-b", 3) // added
+			put("web-1", "node-c", 4) // replaced: moved node and address
+			del("web-2")              // deleted
+			put("db-1", "node-a", 5)  // does not match
+			for _, c := range []struct{ q, want string }{
+				{"web-1", fmt.Sprintf("pod %s node-c", addr(4))},
+				{"web-2", ""},
+				{"web-3", fmt.Sprintf("pod %s node-b", addr(3))},
+				{"WEB-UP", fmt.Sprintf("pod %s node-a", addr(9))},
+				{"default/web-3", fmt.Sprintf("pod %s node-b", addr(3))},
+				{"ctr-db", fmt.Sprintf("handle %s node-a", addr(5))},
+			} {
+				if got := search(c.q); got != c.want {
+					t.Errorf("search %q after changes: %q, want %q", c.q, got, c.want)
+				}
+			}
+			if got := search("web"); strings.Count(got, "pod ") != 3 || strings.Contains(got, addr(2).String()) {
+				t.Errorf("search web: %q, want web-1, web-3 and Web-Upper once each", got)
+			}
+			// Enough changes that the next search builds the index again.
+			old := m.idx
+			for i := range rebuildAfter + 1 {
+				put(fmt.Sprintf("bulk-%d", i), "node-d", 10+i%50)
+			}
+			del("web-3")
+			if got := search("web-3"); got != "" {
+				t.Errorf("search web-3 after deleting it: %q", got)
+			}
+			if m.idx == old || len(m.idxAdded) != 0 {
+				t.Errorf("the index was not built again after %d changes", rebuildAfter+2)
+			}
+			if got := search("bulk-1000"); got != fmt.Sprintf("pod %s node-d", addr(10+1000%50)) {
+				t.Errorf("search bulk-1000 in the new index: %q", got)
+			}
+			if got := search("web-1"); got != fmt.Sprintf("pod %s node-c", addr(4)) {
+				t.Errorf("search web-1 in the new index: %q", got)
+			}
+		})
+	}
+}
+
+// TestSmallest checks the bounded selection search uses against sorting.
+func TestSmallest(t *testing.T) {
+	xs := []int{9, 3, 7, 1, 8, 2, 6, 5, 4, 0, 3}
+	for k := range len(xs) + 2 {
+		want := slices.Sorted(slices.Values(xs))[:min(k, len(xs))]
+		got := smallest(slices.Clone(xs), k, func(a, b int) int { return a - b })
+		if !slices.Equal(got, want) {
+			t.Errorf("k=%d: %v, want %v", k, got, want)
+		}
+	}
+}
