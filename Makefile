@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller image clean
+.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui image clean
 
 all: build
 
@@ -121,6 +121,12 @@ bench-etcd: build $(TOOLS_BIN)/host-local
 BENCH_CONTROLLER_FLAGS ?=
 bench-controller: build kube-apiserver
 	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) run ./test/bench/controller -controller $(BIN)/ipkeeper-controller $(BENCH_CONTROLLER_FLAGS)
+
+# The address map at 5 000 nodes x 110 pods in an embedded etcd: the map's
+# first read, API answer times, page load in headless chromium (Debian's
+# chromium package), a live ADD and the first answers after a DEL.
+bench-webui:
+	$(GO) run ./test/bench/webui -nodes 5000 -pods 110
 
 # The container image as an OCI layout in bin/oci, built without a container
 # daemon (static binaries in /usr/local/bin; see deploy/Dockerfile).
