@@ -300,6 +300,32 @@ func TestAddressMapInBrowser(t *testing.T) {
 	if legend != 7 {
 		t.Errorf("legend has %d entries, want 7", legend)
 	}
+	// The pools' counts as the page states them.
+	var counts map[string]string
+	p.eval(`Object.fromEntries([...document.querySelectorAll('article[data-pool]')].map((a) =>
+		[a.dataset.pool, [a.dataset.claimed, a.dataset.inUse, a.dataset.borrowed].join(' ')]))`, &counts)
+	if want := map[string]string{"a-v4": "2 3 0", "b-tiny": "1 2 1", "c-v6": "1 1 0"}; fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("pools drawn with claimed, in use, borrowed %v, want %v", counts, want)
+	}
+	// The node table: blocks, in use, borrowed, lent, handles, and the
+	// swatch in the node's colour. node-a's b-tiny block lends one address
+	// to node-b.
+	var table []struct{ Node, Swatch, Cells string }
+	p.eval(`[...document.querySelectorAll('#nodetable tbody tr')].map((tr) => ({Node: tr.dataset.node,
+		Swatch: getComputedStyle(tr.querySelector('.swatch')).backgroundColor,
+		Cells: [...tr.querySelectorAll('td.num')].map((td) => td.textContent).join(' ')}))`, &table)
+	wantTable := map[string]string{"node-a": "3 5 0 1 3", "node-b": "1 1 1 0 2"}
+	if len(table) != len(wantTable) {
+		t.Errorf("node table has %d rows, want %d: %+v", len(table), len(wantTable), table)
+	}
+	for _, r := range table {
+		if r.Cells != wantTable[r.Node] {
+			t.Errorf("node table row %s: %q, want %q (blocks, in use, borrowed, lent, handles)", r.Node, r.Cells, wantTable[r.Node])
+		}
+		if got := rgbHex(r.Swatch); got != api.Colors[r.Node] {
+			t.Errorf("node table row %s: swatch %s, want %s", r.Node, got, api.Colors[r.Node])
+		}
+	}
 
 	// Click the block: its addresses with pod, node and handle.
 	p.clickBlock("b-tiny", tiny)
@@ -394,4 +420,13 @@ func equalMaps(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// rgbHex turns a computed "rgb(r, g, b)" into "#rrggbb".
+func rgbHex(css string) string {
+	var r, g, b int
+	if _, err := fmt.Sscanf(css, "rgb(%d, %d, %d)", &r, &g, &b); err != nil {
+		return css
+	}
+	return fmt.Sprintf("#%02x%02x%02x", r, g, b)
 }
