@@ -257,6 +257,7 @@ func TestControllerServesAddressMap(t *testing.T) {
 			t.Run("loopback", func(t *testing.T) {
 				url := runController(t, s, dir, "--map-addr", "127.0.0.1:0")
 				checkLeakShown(t, url, "", f.pool, gone)
+				checkLeakInBrowser(t, url, f.pool, gone)
 			})
 			t.Run("no token beyond loopback", func(t *testing.T) {
 				env := map[string]string{"IPKEEPER_DATASTORE": "local", "IPKEEPER_LOCAL_PATH": dir}
