@@ -61,7 +61,7 @@ func serveMap(ctx context.Context, mc mapConfig) (stop func(), err error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { mc.leaks.Run(ctx) })
+	wg.Go(func() { mc.leaks.Run(ctx, u) })
 	wg.Go(func() {
 		if err := u.Serve(ctx, l); err != nil {
 			mc.log.Error("address map stopped", "err", err)

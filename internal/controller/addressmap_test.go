@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
@@ -26,9 +27,10 @@ import (
 )
 
 // TestMapLeaks checks the address map's leak source against the real API
-// server: an allocation whose pod never existed is a candidate at once, a
-// live pod's is not, and deleting a pod makes its allocation one without
-// a rescan being asked for (the informer's event triggers it).
+// server over a real map of the store: an allocation whose pod never
+// existed is a candidate, a live pod's is not; deleting a pod asks for a
+// scan (through the informer's event), which then finds its allocation,
+// first seen then, while the other keeps when it was first seen.
 func TestMapLeaks(t *testing.T) {
 	for _, f := range passFamilies {
 		t.Run(f.name, func(t *testing.T) {
@@ -46,38 +48,58 @@ func TestMapLeaks(t *testing.T) {
 			r.pod("doomed", node, corev1.PodRunning, doomed.IPs[0].Addr)
 			gone := r.attach(f.pool, "gone", "gone", "", node, t0)
 
+			u, err := webui.New(webui.Options{Datastore: config.Datastore{Type: config.DatastoreLocal, Path: r.dir}, Listen: "127.0.0.1:0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			uctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = u.Run(uctx) })
+			defer func() { cancel(); wg.Wait() }()
+			waitUntil(t, "the map to read the store", func() bool { hs, _, ok := u.Handles(); return ok && len(hs) == 3 })
+
 			ml, err := r.c.NewMapLeaks()
 			if err != nil {
 				t.Fatal(err)
 			}
-			ml.period = time.Hour // only the pod's deletion can start the second scan
-			rctx, cancel := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			wg.Go(func() { ml.Run(rctx) })
-			defer func() { cancel(); wg.Wait() }()
-
-			want := func(hs ...ipam.Handle) string {
-				var b strings.Builder
-				for _, h := range hs {
-					fmt.Fprintf(&b, "%s %s %s/%s pod-gone: pod %s/%s (UID not recorded) no longer exists %s\n",
-						h.IPs[0].Addr, h.ID, r.ns, h.Pod, r.ns, h.Pod, t0.Format(time.RFC3339))
-				}
-				return b.String()
+			// The informer replays the pods there are to the new handlers:
+			// let it finish, and forget the scan that asked for.
+			waitUntil(t, "the handlers to sync", ml.handlersSynced)
+			select {
+			case <-ml.trigger:
+			default:
+				t.Fatal("the pods the informer holds asked for no scan")
 			}
-			got := func() string {
+			scan := func() string {
+				t.Helper()
+				if _, ok := ml.Scan(u); !ok {
+					t.Fatal("Scan: the map has not read the store")
+				}
 				var b strings.Builder
 				for _, l := range ml.LeakCandidates() {
 					fmt.Fprintf(&b, "%s %s %s %s %s\n", l.Addr, l.Handle, l.Pod, l.Reason, l.Since.Format(time.RFC3339))
 				}
 				return b.String()
 			}
-			waitUntil(t, "the first scan", func() bool { return got() != "" })
-			if g, w := got(), want(gone); g != w {
+			want := func(at map[string]time.Time, hs ...ipam.Handle) string {
+				var b strings.Builder
+				for _, h := range hs {
+					fmt.Fprintf(&b, "%s %s %s/%s pod-gone: pod %s/%s (UID not recorded) no longer exists %s\n",
+						h.IPs[0].Addr, h.ID, r.ns, h.Pod, r.ns, h.Pod, at[h.Pod].Format(time.RFC3339))
+				}
+				return b.String()
+			}
+			if g, w := scan(), want(map[string]time.Time{"gone": t0}, gone); g != w {
 				t.Fatalf("candidates:\n%swant:\n%s", g, w)
 			}
 			r.deletePod("doomed")
-			waitUntil(t, "the deleted pod's allocation as a candidate", func() bool { return strings.Count(got(), "\n") == 2 })
-			if g, w := got(), want(doomed, gone); g != w {
+			select {
+			case <-ml.trigger:
+			case <-time.After(30 * time.Second):
+				t.Fatal("deleting a pod asked for no scan")
+			}
+			r.clock.Set(t0.Add(time.Minute))
+			if g, w := scan(), want(map[string]time.Time{"doomed": t0.Add(time.Minute), "gone": t0}, doomed, gone); g != w {
 				t.Fatalf("after deleting pod doomed, candidates:\n%swant:\n%s", g, w)
 			}
 		})

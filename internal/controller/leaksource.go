@@ -9,18 +9,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
-// Scans for the address map's leak candidates run after pod and node
-// events (mapLeakDebounce later, so a burst makes one scan) and every
-// mapLeakPeriod, and never take more than half of the time.
+// Scans for the address map's leak candidates run when the map's handles
+// or the pods and nodes changed, at most once a mapLeakDebounce and at
+// most half of the time, and every mapLeakPeriod all the same.
 const (
 	mapLeakDebounce = time.Second
-	mapLeakPeriod   = 30 * time.Second
+	mapLeakPeriod   = 5 * time.Minute
 )
+
+// MapHandles is where MapLeaks reads the handles: the address map's mirror
+// of the datastore (webui.UI.Handles), so that looking for candidates
+// costs the datastore nothing.
+type MapHandles interface {
+	Handles() (hs []ipam.Handle, gen uint64, loaded bool)
+	Generation() uint64
+}
 
 // MapLeaks is the address map's webui.LeakSource: the allocations the
 // leak rules find leaked now, given the informers' caches, whether or not
@@ -29,7 +37,8 @@ const (
 type MapLeaks struct {
 	c       *Controller
 	trigger chan struct{}
-	period  time.Duration // between scans without events
+	period  time.Duration // between scans when nothing changed
+	regs    []cache.ResourceEventHandlerRegistration
 
 	mu    sync.Mutex
 	first map[string]time.Time // leaks.Key -> when a scan first found it
@@ -46,9 +55,11 @@ func (c *Controller) NewMapLeaks() (*MapLeaks, error) {
 		default:
 		}
 	}
-	// The same events that make the reconciler look again: a pod or node
-	// deleted, a pod finished or its addresses changed.
-	if _, err := c.view.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Pods and nodes deleted, pods finished or their addresses changed
+	// (what makes the reconciler look again), and pods added (which may
+	// own a handle that looked leaked).
+	pods, err := c.view.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Pod)
 			n, ok2 := cur.(*corev1.Pod)
@@ -57,74 +68,78 @@ func (c *Controller) NewMapLeaks() (*MapLeaks, error) {
 			}
 		},
 		DeleteFunc: func(any) { poke() },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	if _, err := c.view.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { poke() }}); err != nil {
+	nodes, err := c.view.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { poke() }})
+	if err != nil {
 		return nil, err
 	}
+	l.regs = []cache.ResourceEventHandlerRegistration{pods, nodes}
 	return l, nil
 }
 
+// handlersSynced reports whether the handlers have been told of every pod
+// and node the informers held when they were added.
+func (l *MapLeaks) handlersSynced() bool {
+	for _, r := range l.regs {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 // LeakCandidates implements webui.LeakSource: one candidate per address of
-// every leaked allocation the last scan found.
+// every leaked allocation the last scan found, in address order.
 func (l *MapLeaks) LeakCandidates() []webui.LeakCandidate {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.list)
 }
 
-// Run scans until ctx ends: once the informers have listed pods and
-// nodes (before, every allocation would look leaked), then after events
-// and every mapLeakPeriod.
-func (l *MapLeaks) Run(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	for !l.c.view.synced() {
-		select {
-		case <-ctx.Done():
-			tick.Stop()
-			return
-		case <-tick.C:
-		}
-	}
-	tick.Stop()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+// Run scans the handles of src until ctx ends: once the informers have
+// listed pods and nodes (before, every allocation would look leaked) and
+// src has read the datastore, then when either changed (src's generation
+// is looked at every mapLeakDebounce) and every period.
+func (l *MapLeaks) Run(ctx context.Context, src MapHandles) {
+	tick := time.NewTicker(mapLeakDebounce)
+	defer tick.Stop()
+	var scanned uint64 // src's generation at the last scan
+	due := time.Time{} // the next scan (zero: as soon as possible)
+	changed := true
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
+		if changed && l.c.view.synced() && !time.Now().Before(due) {
+			start := time.Now()
+			gen, ok := l.Scan(src)
+			took := time.Since(start)
+			if ok {
+				scanned, changed = gen, false
+				due = time.Now().Add(max(took, mapLeakDebounce)) // at most half of the time in scans
+			}
 		}
-		start := time.Now()
-		err := l.Scan(ctx)
-		took := time.Since(start)
-		if err != nil && ctx.Err() == nil {
-			l.c.log.Warn("address map: looking for leak candidates failed", "err", err)
-		}
-		rest := max(took, mapLeakDebounce) // at most half of the time in scans
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.trigger:
-			timer.Reset(rest)
-		case <-time.After(max(l.period-took, rest)):
-			timer.Reset(0)
+			changed = true
+		case <-tick.C:
+			if src.Generation() != scanned || time.Since(due) > l.period {
+				changed = true
+			}
 		}
 	}
 }
 
-// Scan reads the handles, then the informers' view, and keeps what the
-// leak rules find as the candidates. The informers must have synced.
-func (l *MapLeaks) Scan(ctx context.Context) error {
-	st, done, err := l.c.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	hs, err := allocator.New(st, nil).Handles(ctx)
-	done()
-	if err != nil {
-		return err
+// Scan runs the leak rules over src's handles and the informers' view
+// (read after the handles) and keeps what they find as the candidates. It
+// returns the generation of the handles, and false when src has not read
+// the datastore yet. The informers must have synced.
+func (l *MapLeaks) Scan(src MapHandles) (uint64, bool) {
+	hs, gen, loaded := src.Handles()
+	if !loaded {
+		return 0, false
 	}
 	found := leaks.Find(hs, l.c.view.snapshot())
 	now := l.c.cfg.Now()
@@ -144,6 +159,7 @@ func (l *MapLeaks) Scan(ctx context.Context) error {
 				Reason: string(f.Reason) + ": " + f.Detail, Since: since})
 		}
 	}
+	slices.SortFunc(list, func(a, b webui.LeakCandidate) int { return a.Addr.Compare(b.Addr) })
 	l.first, l.list = first, list
-	return nil
+	return gen, true
 }

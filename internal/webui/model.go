@@ -85,6 +85,7 @@ type handleState struct {
 	version              int64
 	node, namespace, pod string
 	containerID, ifName  string
+	network, podUID      string // for Handles (the leak rules read them)
 	created              time.Time
 	ips                  []ipam.HandleIP
 }
@@ -351,6 +352,7 @@ func (m *model) putHandle(c change, d *dirty) error {
 		key: c.key, id: h.ID, version: c.version,
 		node: m.intern(h.Node), namespace: m.intern(h.Namespace), pod: h.Pod,
 		containerID: h.ContainerID, ifName: m.intern(h.IfName),
+		network: m.intern(h.Network), podUID: h.PodUID,
 		created: h.Created, ips: h.IPs,
 	}
 	m.handles[c.key] = hs

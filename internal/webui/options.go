@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
@@ -159,4 +160,27 @@ func leaksEqual(a, b []LeakCandidate) bool {
 	return slices.EqualFunc(a, b, func(x, y LeakCandidate) bool {
 		return x.Addr == y.Addr && x.Handle == y.Handle && x.Pod == y.Pod && x.Reason == y.Reason && x.Since.Equal(y.Since)
 	})
+}
+
+// Handles returns the handles the map holds (without their netns paths;
+// their IPs are shared with the map, so must not be changed) and the
+// generation they are of; loaded is false until the first full read of
+// the datastore arrived. A leak source can look at these instead of
+// reading the datastore again; Generation tells when to look again.
+func (u *UI) Handles() (hs []ipam.Handle, gen uint64, loaded bool) {
+	u.m.mu.RLock()
+	defer u.m.mu.RUnlock()
+	hs = make([]ipam.Handle, 0, len(u.m.handles))
+	for _, h := range u.m.handles {
+		hs = append(hs, ipam.Handle{ID: h.id, Network: h.network, ContainerID: h.containerID, IfName: h.ifName,
+			Node: h.node, Namespace: h.namespace, Pod: h.pod, PodUID: h.podUID, Created: h.created, IPs: h.ips})
+	}
+	return hs, u.m.gen, u.m.loaded
+}
+
+// Generation is the map's generation: it moves whenever what the map
+// shows changes (and when leak candidates change).
+func (u *UI) Generation() uint64 {
+	gen, _ := u.m.wait()
+	return gen
 }
