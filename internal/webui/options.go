@@ -168,14 +168,22 @@ func leaksEqual(a, b []LeakCandidate) bool {
 // the datastore arrived. A leak source can look at these instead of
 // reading the datastore again; Generation tells when to look again.
 func (u *UI) Handles() (hs []ipam.Handle, gen uint64, loaded bool) {
+	// Only the pointers are taken under the lock, so that the map's
+	// updates do not wait for the copy (a handleState never changes once
+	// it is in the map: a change puts a new one).
 	u.m.mu.RLock()
-	defer u.m.mu.RUnlock()
-	hs = make([]ipam.Handle, 0, len(u.m.handles))
+	states := make([]*handleState, 0, len(u.m.handles))
 	for _, h := range u.m.handles {
-		hs = append(hs, ipam.Handle{ID: h.id, Network: h.network, ContainerID: h.containerID, IfName: h.ifName,
-			Node: h.node, Namespace: h.namespace, Pod: h.pod, PodUID: h.podUID, Created: h.created, IPs: h.ips})
+		states = append(states, h)
 	}
-	return hs, u.m.gen, u.m.loaded
+	gen, loaded = u.m.gen, u.m.loaded
+	u.m.mu.RUnlock()
+	hs = make([]ipam.Handle, len(states))
+	for i, h := range states {
+		hs[i] = ipam.Handle{ID: h.id, Network: h.network, ContainerID: h.containerID, IfName: h.ifName,
+			Node: h.node, Namespace: h.namespace, Pod: h.pod, PodUID: h.podUID, Created: h.created, IPs: h.ips}
+	}
+	return hs, gen, loaded
 }
 
 // Generation is the map's generation: it moves whenever what the map
