@@ -330,14 +330,12 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	// Before each release: the term may have ended (ctx), or the process
 	// may have been paused and lost its Lease without knowing yet.
 	retry := c.cfg.Now().Add(c.cfg.Debounce)
-	for _, k := range confirmed {
-		if err := ctx.Err(); err != nil {
-			return next, err
-		}
-		if c.paused() {
-			return retry, nil
-		}
-		c.release(ctx, a, byKey[k], leakOf[k])
+	c.releaseConfirmed(ctx, a, confirmed, byKey, leakOf)
+	if err := ctx.Err(); err != nil {
+		return next, err
+	}
+	if c.paused() {
+		return retry, nil
 	}
 	for _, n := range goneNodes {
 		if err := ctx.Err(); err != nil {
@@ -365,44 +363,6 @@ func (c *Controller) stale(ctx context.Context, now time.Time) string {
 		return "the API server cannot be reached: " + err.Error()
 	}
 	return ""
-}
-
-// release releases one confirmed leak, guarded by its observation.
-func (c *Controller) release(ctx context.Context, a *allocator.Allocator, o allocator.Observed, l leaks.Leak) {
-	h := o.Handle
-	attrs := []any{"pod", podName(h), "uid", h.PodUID, "address", addrList(h), "node", l.Node,
-		"reason", string(l.Reason), "handle", h.ID, "detail", l.Detail}
-	freed, err := a.ReleaseObserved(ctx, o)
-	switch {
-	case errors.Is(err, allocator.ErrHandleChanged):
-		c.m.releaseSkips.WithLabelValues("changed").Inc()
-		c.log.Info("leak not released: the allocation changed since it was observed", append(attrs, "err", err)...)
-	case err != nil:
-		c.m.releaseSkips.WithLabelValues("error").Inc()
-		c.log.Error("releasing a leaked allocation failed", append(attrs, "err", err)...)
-	default:
-		c.m.releases.WithLabelValues(string(l.Reason)).Inc()
-		attrs[5] = joinAddrs(freed)
-		c.log.Info("released leaked address", attrs...)
-	}
-}
-
-// freeNode frees the empty blocks of a node confirmed gone.
-func (c *Controller) freeNode(ctx context.Context, a *allocator.Allocator, node string) {
-	res, err := a.FreeNodeBlocks(ctx, node)
-	for _, b := range res.Freed {
-		c.m.blocksFreed.Inc()
-		c.log.Info("freed empty block of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String(), "reason", string(leaks.NodeGone))
-	}
-	for _, b := range res.Dropped {
-		c.log.Info("dropped stale affinity record of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String())
-	}
-	if len(res.Kept) > 0 {
-		c.log.Info("blocks of deleted node kept until their addresses are released", "node", node, "blocks", len(res.Kept))
-	}
-	if err != nil {
-		c.log.Error("freeing the blocks of a deleted node failed", "node", node, "err", err)
-	}
 }
 
 // poolMetrics sets ipkeeper_pool_addresses from the pools and blocks.

@@ -151,6 +151,20 @@ func (p *proc) sigstop() { _ = p.cmd.Process.Signal(syscall.SIGSTOP) }
 
 func (p *proc) sigcont() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }
 
+// lineCount is how many log lines have been read.
+func (p *proc) lineCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lines)
+}
+
+// linesSince returns the log lines read after the first n.
+func (p *proc) linesSince(n int) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines[min(n, len(p.lines)):]...)
+}
+
 // logCount counts log lines containing every one of subs.
 func (p *proc) logCount(subs ...string) int {
 	p.mu.Lock()

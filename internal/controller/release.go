@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/leaks"
+)
+
+// ReleaseWorkers bounds the releases under way at once. A release takes
+// a few datastore round trips; the leaks of one block go to one worker,
+// one after another (they would conflict on the block), and up to
+// ReleaseWorkers blocks are worked on at once.
+const ReleaseWorkers = 8
+
+// releaseTimeout bounds one release. A release under way is not cut
+// short when the term ends: ended halfway, whether it committed would be
+// unknown and it might go unlogged.
+const releaseTimeout = 30 * time.Second
+
+// releaseConfirmed releases the confirmed leaks. Before each release it
+// checks that the term goes on (ctx) and that the process was not paused
+// (it may have lost its Lease without knowing yet); when either fails no
+// further release starts, and the caller sees why.
+func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.Allocator, confirmed []string,
+	byKey map[string]allocator.Observed, leakOf map[string]leaks.Leak) {
+	groups := map[string][]string{}
+	var order []string
+	for _, k := range confirmed {
+		g := ""
+		if ips := byKey[k].Handle.IPs; len(ips) > 0 {
+			g = ips[0].Pool + "/" + ips[0].Block.String()
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], k)
+	}
+	seen := c.stallsSeen
+	var stop atomic.Bool
+	work := make(chan []string)
+	var wg sync.WaitGroup
+	for range min(ReleaseWorkers, len(order)) {
+		wg.Go(func() {
+			for keys := range work {
+				for _, k := range keys {
+					if stop.Load() || ctx.Err() != nil || c.guard.count() != seen {
+						stop.Store(true)
+						break
+					}
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+					c.release(rctx, a, byKey[k], leakOf[k])
+					cancel()
+				}
+			}
+		})
+	}
+	for _, g := range order {
+		work <- groups[g]
+	}
+	close(work)
+	wg.Wait()
+}
+
+// release releases one confirmed leak, guarded by its observation.
+func (c *Controller) release(ctx context.Context, a *allocator.Allocator, o allocator.Observed, l leaks.Leak) {
+	h := o.Handle
+	attrs := []any{"pod", podName(h), "uid", h.PodUID, "address", addrList(h), "node", l.Node,
+		"reason", string(l.Reason), "handle", h.ID, "detail", l.Detail}
+	freed, err := a.ReleaseObserved(ctx, o)
+	switch {
+	case errors.Is(err, allocator.ErrHandleChanged):
+		c.m.releaseSkips.WithLabelValues("changed").Inc()
+		c.log.Info("leak not released: the allocation changed since it was observed", append(attrs, "err", err)...)
+	case err != nil:
+		c.m.releaseSkips.WithLabelValues("error").Inc()
+		c.log.Error("releasing a leaked allocation failed", append(attrs, "err", err)...)
+	default:
+		c.m.releases.WithLabelValues(string(l.Reason)).Inc()
+		attrs[5] = joinAddrs(freed)
+		c.log.Info("released leaked address", attrs...)
+	}
+}
+
+// freeNode frees the empty blocks of a node confirmed gone.
+func (c *Controller) freeNode(ctx context.Context, a *allocator.Allocator, node string) {
+	res, err := a.FreeNodeBlocks(ctx, node)
+	for _, b := range res.Freed {
+		c.m.blocksFreed.Inc()
+		c.log.Info("freed empty block of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String(), "reason", string(leaks.NodeGone))
+	}
+	for _, b := range res.Dropped {
+		c.log.Info("dropped stale affinity record of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String())
+	}
+	if len(res.Kept) > 0 {
+		c.log.Info("blocks of deleted node kept until their addresses are released", "node", node, "blocks", len(res.Kept))
+	}
+	if err != nil {
+		c.log.Error("freeing the blocks of a deleted node failed", "node", node, "err", err)
+	}
+}
