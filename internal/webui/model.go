@@ -49,9 +49,10 @@ type model struct {
 	// idx is the handles' search index, built by the first search (under
 	// idxMu, with mu held for reading) and again when idxAdded, the
 	// handles put since (under mu), has grown large.
-	idxMu    sync.Mutex
-	idx      *handleIndex
-	idxAdded []*handleState
+	idxMu       sync.Mutex
+	idx         *handleIndex
+	idxAdded    []*handleState
+	idxBuilding bool // a goroutine is building the next idx
 }
 
 type poolState struct {
@@ -267,6 +268,12 @@ func (m *model) applyLocked(rev int64, chs []change, full bool) {
 	moved := rev != m.rev || !m.loaded
 	if rev > m.rev || full {
 		m.rev = rev
+	}
+	if !m.loaded && len(m.handles) > 0 {
+		// Build the search index now rather than in the first search.
+		m.idxMu.Lock()
+		m.rebuildLocked()
+		m.idxMu.Unlock()
 	}
 	m.loaded = true
 	if applied > 0 || moved {

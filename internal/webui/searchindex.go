@@ -12,8 +12,9 @@ import (
 // another in one string that strings.Index scans. Handles put after it was
 // built are kept aside in model.idxAdded and looked at one by one; handles
 // deleted or replaced since are skipped (their entry names a handleState
-// the model no longer holds). It is built again when the handles put
-// since outnumber an eighth of it.
+// the model no longer holds). It is built in the background after the
+// first full read of the datastore, and again when the handles put since
+// outnumber an eighth of it.
 type handleIndex struct {
 	hay    string
 	starts []int32 // where each entry begins in hay, ascending
@@ -25,14 +26,41 @@ type handleIndex struct {
 const rebuildAfter = 1024
 
 // handleIndex returns the search index and the handles put since it was
-// built, building it when there is none or those are many. m.mu must be
-// held for reading.
+// built, building it when there is none. When those handles are many, a
+// new index is built in the background (the answers stay right: they are
+// looked at aside until it is ready). m.mu must be held for reading.
 func (m *model) handleIndex() (*handleIndex, []*handleState) {
 	m.idxMu.Lock()
 	defer m.idxMu.Unlock()
-	if m.idx != nil && len(m.idxAdded) <= rebuildAfter+len(m.idx.hs)/8 {
-		return m.idx, m.idxAdded
+	if m.idx == nil {
+		m.idx, m.idxAdded = m.buildIndex(), nil
+	} else if len(m.idxAdded) > rebuildAfter+len(m.idx.hs)/8 {
+		m.rebuildLocked()
 	}
+	return m.idx, m.idxAdded
+}
+
+// rebuildLocked starts building the index in the background unless that
+// is under way. m.idxMu must be held.
+func (m *model) rebuildLocked() {
+	if m.idxBuilding {
+		return
+	}
+	m.idxBuilding = true
+	go func() {
+		// Holding mu for reading keeps every handle as the new index
+		// sees it: nothing is put meanwhile.
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		x := m.buildIndex()
+		m.idxMu.Lock()
+		m.idx, m.idxAdded, m.idxBuilding = x, nil, false
+		m.idxMu.Unlock()
+	}()
+}
+
+// buildIndex indexes every handle. m.mu must be held for reading.
+func (m *model) buildIndex() *handleIndex {
 	x := &handleIndex{starts: make([]int32, 0, len(m.handles)), hs: make([]*handleState, 0, len(m.handles))}
 	var b strings.Builder
 	b.Grow(len(m.handles) * 48)
@@ -51,8 +79,7 @@ func (m *model) handleIndex() (*handleIndex, []*handleState) {
 	// Kubernetes names are lower case: this is mostly one scan. (Only
 	// ASCII letters are folded, so every entry keeps its offset.)
 	x.hay = asciiLower(b.String())
-	m.idx, m.idxAdded = x, nil
-	return x, nil
+	return x
 }
 
 // searchHandles yields, once each, every current handle whose
