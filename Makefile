@@ -91,8 +91,9 @@ vet:
 staticcheck: $(TOOLS_BIN)/staticcheck
 	$(TOOLS_BIN)/staticcheck $(PKGS)
 
+# Browser tests keep their screenshots in bin/artifacts (IPKEEPER_ARTIFACTS).
 gotest:
-	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) IPKEEPER_ARTIFACTS=$${IPKEEPER_ARTIFACTS:-$(BIN)/artifacts} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test: sysdeps tools kube-apiserver build
 	$(MAKE) --no-print-directory fmtcheck

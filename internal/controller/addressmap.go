@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -46,6 +47,12 @@ type mapConfig struct {
 func serveMap(ctx context.Context, mc mapConfig) (stop func(), err error) {
 	if len(mc.allow) > 0 && !mc.tokenReview {
 		return nil, fmt.Errorf("--map-allow %v needs --map-tokenreview", mc.allow)
+	}
+	// Every ServiceAccount of every pod is a user the API server
+	// authenticates; the map shows every pod's name and address, so
+	// TokenReview alone is not a reason to let a caller in.
+	if mc.tokenReview && len(mc.allow) == 0 {
+		return nil, errors.New("--map-tokenreview needs --map-allow naming the users or groups that may read the map (every ServiceAccount in the cluster is an authenticated user)")
 	}
 	opts := webui.Options{Datastore: mc.ds, Leaks: mc.leaks, Listen: mc.addr, Token: mc.token, Log: mc.log}
 	if mc.tokenReview {

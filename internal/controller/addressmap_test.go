@@ -295,6 +295,23 @@ func TestControllerServesAddressMap(t *testing.T) {
 					t.Fatalf("Run on 0.0.0.0 without a token: %v, want %v naming --map-tokenreview", err, webui.ErrNeedToken)
 				}
 			})
+			t.Run("tokenreview without an allow list", func(t *testing.T) {
+				env := map[string]string{"IPKEEPER_DATASTORE": "local", "IPKEEPER_LOCAL_PATH": dir}
+				fs := pflag.NewFlagSet("ipkeeper-controller", pflag.ContinueOnError)
+				var o Options
+				o.register(fs, func(k string) string { return env[k] })
+				if err := fs.Parse([]string{"--kubeconfig", s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"),
+					"--metrics-addr", "", "--leader-elect=false", "--map-addr", "0.0.0.0:0", "--map-tokenreview"}); err != nil {
+					t.Fatal(err)
+				}
+				// A controller that starts anyway runs until this ends.
+				short, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				err := Run(short, o, io.Discard, func(k string) string { return env[k] })
+				if err == nil || !strings.Contains(err.Error(), "--map-allow") {
+					t.Fatalf("Run with --map-tokenreview and no --map-allow: %v, want a refusal naming --map-allow", err)
+				}
+			})
 			t.Run("tokenreview", func(t *testing.T) {
 				reader := s.ServiceAccountToken(t, ns, "map-reader")
 				other := s.ServiceAccountToken(t, ns, "someone-else")

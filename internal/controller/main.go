@@ -73,7 +73,7 @@ func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&o.MapAddr, "map-addr", DefaultMapAddr, "address serving the address map, a read-only web page of the pools, blocks and leak candidates (empty: none); beyond loopback callers need a bearer token")
 	fs.StringVar(&o.MapToken, "map-token", "", "bearer token the address map accepts (default $"+webui.TokenEnv+")")
 	fs.BoolVar(&o.MapTokenReview, "map-tokenreview", false, "the address map also accepts bearer tokens the Kubernetes API authenticates (TokenReview), e.g. a ServiceAccount's")
-	fs.StringSliceVar(&o.MapAllow, "map-allow", nil, "with --map-tokenreview, accept only these users and groups (default: every authenticated user)")
+	fs.StringSliceVar(&o.MapAllow, "map-allow", nil, "with --map-tokenreview (required with it): the users and groups whose tokens are accepted")
 }
 
 // Main runs ipkeeper-controller with args (without the program name) until
@@ -255,19 +255,28 @@ func datastoreOf(file string, getenv func(string) string) (config.Datastore, err
 // kubeConfig loads a kubeconfig file, or the in-cluster config when path
 // is "".
 func kubeConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
 	if path == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
+		if cfg, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
 		}
-		return cfg, nil
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
 	}
+	// client-go's default (5 requests/s, bursts of 10) is shared by the
+	// informers' watches, leader election, the stale-view check and
+	// TokenReviews; a Lease renewal must never wait behind the others.
+	cfg.QPS, cfg.Burst = apiQPS, apiBurst
+	cfg.UserAgent = "ipkeeper-controller"
 	return cfg, nil
 }
+
+// apiQPS and apiBurst bound the controller's own API requests.
+const (
+	apiQPS   = 50
+	apiBurst = 100
+)
 
 // serve starts the HTTP server of /metrics, /healthz and /readyz.
 func serve(addr string, m *Metrics, c *Controller, health *leaderelection.HealthzAdaptor) (*http.Server, error) {
