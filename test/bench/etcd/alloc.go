@@ -12,6 +12,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 var handleSeq atomic.Int64
@@ -20,7 +22,7 @@ var handleSeq atomic.Int64
 // (with its in-memory hints) and the handles it made, per node, so that
 // the release-all measurement can undo them.
 type allocRun struct {
-	result
+	latency.Result
 	alloc *allocator.Allocator
 	mu    sync.Mutex
 	ids   map[int][]string // node -> handle IDs
@@ -36,7 +38,7 @@ func allocBench(ctx context.Context, s kv.Store, c, nodes int, locked bool, d ti
 		log.Fatal(err)
 	}
 	locks := make([]sync.Mutex, nodes)
-	run.result = measure(c, d, func(w, i int) error {
+	run.Result = latency.Measure(c, d, func(w, i int) error {
 		n := (w + i*c) % nodes
 		if locked {
 			locks[n].Lock()
@@ -61,7 +63,7 @@ func allocBench(ctx context.Context, s kv.Store, c, nodes int, locked bool, d ti
 // releaseAll releases every handle run made, from c workers, one node at a
 // time per worker (as DELs on a node take turns under the plugin's node
 // lock), with the allocator that made them, i.e. with warm hints.
-func releaseAll(ctx context.Context, run *allocRun, c int) result {
+func releaseAll(ctx context.Context, run *allocRun, c int) latency.Result {
 	var work [][]string
 	for _, ids := range run.ids {
 		work = append(work, ids)
@@ -94,5 +96,5 @@ func releaseAll(ctx context.Context, run *allocRun, c int) result {
 		})
 	}
 	wg.Wait()
-	return result{n: len(lats), wall: time.Since(start), lat: lats}
+	return latency.Result{N: len(lats), Wall: time.Since(start), Lat: lats}
 }

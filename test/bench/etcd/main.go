@@ -29,9 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +38,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 var (
@@ -97,7 +97,7 @@ func main() {
 	fmt.Printf("\n1-2. throughput, %v per cell (ratio = ipkeeper allocations/s / raw gRPC CAS txns/s)\n", *flagDur)
 	fmt.Printf("%-5s %12s %12s %12s %9s %9s %9s %7s %10s\n", "conc", "raw gRPC/s", "raw JSON/s", "alloc/s", "p50", "p99", "retries", "ratio", "ratio/JSON")
 	for _, c := range concs {
-		rawG := measure(c, *flagDur, func(w, i int) error {
+		rawG := latency.Measure(c, *flagDur, func(w, i int) error {
 			k := fmt.Sprintf("/raw-grpc/%d/%d/%d", c, w, i)
 			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).Then(clientv3.OpPut(k, "v")).Commit()
 			if err == nil && !r.Succeeded {
@@ -106,26 +106,26 @@ func main() {
 			return err
 		})
 		js := open(fmt.Sprintf("/raw-json-%d", c), false)
-		rawJ := measure(c, *flagDur, func(w, i int) error {
+		rawJ := latency.Measure(c, *flagDur, func(w, i int) error {
 			k := fmt.Sprintf("%d/%d", w, i)
 			return js.Txn(ctx, []kv.Cond{{Key: k, Version: 0}}, []kv.Op{{Key: k, Value: []byte("v")}})
 		})
 		js.Close()
 		cs := &countingStore{Store: open(fmt.Sprintf("/alloc-%d", c), false)}
 		al := allocBench(ctx, cs, c, 50, true, *flagDur)
-		fmt.Printf("%-5d %12.0f %12.0f %12.0f %9s %9s %9.3f %7.2f %10.2f\n", c, rawG.rate(), rawJ.rate(), al.rate(),
-			ms(al.pct(50)), ms(al.pct(99)), float64(cs.conflicts.Load())/float64(max(al.n, 1)), al.rate()/rawG.rate(), al.rate()/rawJ.rate())
+		fmt.Printf("%-5d %12.0f %12.0f %12.0f %9s %9s %9.3f %7.2f %10.2f\n", c, rawG.Rate(), rawJ.Rate(), al.Rate(),
+			latency.Ms(al.Pct(50)), latency.Ms(al.Pct(99)), float64(cs.conflicts.Load())/float64(max(al.N, 1)), al.Rate()/rawG.Rate(), al.Rate()/rawJ.Rate())
 		reads0, txns0 := cs.reads.Load(), cs.txns.Load()
 		rel := releaseAll(ctx, al, c)
 		cs.Close()
-		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9s %7s %10s  release all: %.2f reads + %.2f txns per release\n", "", "", "", rel.rate(),
-			ms(rel.pct(50)), ms(rel.pct(99)), "", "", "",
-			float64(cs.reads.Load()-reads0)/float64(max(rel.n, 1)), float64(cs.txns.Load()-txns0)/float64(max(rel.n, 1)))
+		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9s %7s %10s  release all: %.2f reads + %.2f txns per release\n", "", "", "", rel.Rate(),
+			latency.Ms(rel.Pct(50)), latency.Ms(rel.Pct(99)), "", "", "",
+			float64(cs.reads.Load()-reads0)/float64(max(rel.N, 1)), float64(cs.txns.Load()-txns0)/float64(max(rel.N, 1)))
 		ss := &countingStore{Store: open(fmt.Sprintf("/alloc-serial-%d", c), true)}
 		as := allocBench(ctx, ss, c, 50, true, *flagDur)
 		ss.Close()
-		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9.3f %7.2f %10.2f  (serializable reads)\n", "", "", "", as.rate(),
-			ms(as.pct(50)), ms(as.pct(99)), float64(ss.conflicts.Load())/float64(max(as.n, 1)), as.rate()/rawG.rate(), as.rate()/rawJ.rate())
+		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9.3f %7.2f %10.2f  (serializable reads)\n", "", "", "", as.Rate(),
+			latency.Ms(as.Pct(50)), latency.Ms(as.Pct(99)), float64(ss.conflicts.Load())/float64(max(as.N, 1)), as.Rate()/rawG.Rate(), as.Rate()/rawJ.Rate())
 	}
 
 	fmt.Printf("\n3. hot node: 16 concurrent allocations on one node, %v each\n", *flagDur)
@@ -138,7 +138,7 @@ func main() {
 		cs := &countingStore{Store: open(fmt.Sprintf("/hot-%v", locked), false)}
 		r := allocBench(ctx, cs, 16, 1, locked, *flagDur)
 		cs.Close()
-		fmt.Printf("%-22s %10.0f %9s %9s %14.3f\n", name, r.rate(), ms(r.pct(50)), ms(r.pct(99)), float64(cs.conflicts.Load())/float64(max(r.n, 1)))
+		fmt.Printf("%-22s %10.0f %9s %9s %14.3f\n", name, r.Rate(), latency.Ms(r.Pct(50)), latency.Ms(r.Pct(99)), float64(cs.conflicts.Load())/float64(max(r.N, 1)))
 	}
 
 	if !*flagSkipProc {
@@ -185,59 +185,6 @@ func (c *countingStore) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) e
 		c.conflicts.Add(1)
 	}
 	return err
-}
-
-// result is a throughput run: operations, wall time, latencies.
-type result struct {
-	n    int
-	wall time.Duration
-	lat  []time.Duration
-}
-
-func (r result) rate() float64 { return float64(r.n) / r.wall.Seconds() }
-
-func (r result) pct(p float64) time.Duration {
-	if len(r.lat) == 0 {
-		return 0
-	}
-	s := slices.Clone(r.lat)
-	slices.Sort(s)
-	i := int(float64(len(s)-1) * p / 100)
-	return s[i]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000) }
-
-// measure runs op from c workers for d and collects latencies.
-func measure(c int, d time.Duration, op func(w, i int) error) result {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		lats []time.Duration
-		fail atomic.Int64
-	)
-	stop := time.Now().Add(d)
-	start := time.Now()
-	for w := range c {
-		wg.Go(func() {
-			var mine []time.Duration
-			for i := 0; time.Now().Before(stop); i++ {
-				t0 := time.Now()
-				if err := op(w, i); err != nil {
-					if fail.Add(1) == 1 {
-						log.Printf("worker %d: %v", w, err)
-					}
-					continue
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			mu.Lock()
-			lats = append(lats, mine...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return result{n: len(lats), wall: time.Since(start), lat: lats}
 }
 
 // moduleRoot finds the directory holding go.mod.

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 // procBench runs the plugin binaries as processes, the way a runtime does.
@@ -74,7 +76,7 @@ func procBench(ctx context.Context, ep string) {
 			}
 			lats = append(lats, d)
 		}
-		seq := result{n: len(lats), wall: time.Since(t0), lat: lats}
+		seq := latency.Result{N: len(lats), Wall: time.Since(t0), Lat: lats}
 		conf = p.conf("conc")
 		var wg sync.WaitGroup
 		next := make(chan int, *flagConc)
@@ -95,7 +97,7 @@ func procBench(ctx context.Context, ep string) {
 		wg.Wait()
 		conc := float64(*flagConc) / time.Since(t0).Seconds()
 		rates[p.name] = conc
-		fmt.Printf("%-24s %9s %9s %9s %14.0f %12.0f\n", p.name, ms(seq.pct(50)), ms(seq.pct(90)), ms(seq.pct(99)), seq.rate(), conc)
+		fmt.Printf("%-24s %9s %9s %9s %14.0f %12.0f\n", p.name, latency.Ms(seq.Pct(50)), latency.Ms(seq.Pct(90)), latency.Ms(seq.Pct(99)), seq.Rate(), conc)
 	}
 	fmt.Printf("16-concurrent rate, ipkeeper etcd / host-local: %.2f\n", rates["ipkeeper etcd"]/rates["host-local (local disk)"])
 }

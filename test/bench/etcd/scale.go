@@ -15,6 +15,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 // scaleBench measures ADD latency with 10 nodes and with flagNodes nodes of
@@ -64,9 +66,9 @@ func scaleBench(ctx context.Context, ep string, cli *clientv3.Client, open func(
 			for i, node := range probes {
 				lats = append(lats, addDel(node, fmt.Sprintf("scale.probe%d.eth0", i), mode == "cold"))
 			}
-			r := result{n: len(lats), lat: lats}
-			p50s[mode] = append(p50s[mode], r.pct(50))
-			fmt.Printf("%-8d %-5s %10d %10s %9s %9s %9s\n", n, mode, addrs, load.Round(time.Second), ms(r.pct(50)), ms(r.pct(90)), ms(r.pct(99)))
+			r := latency.Result{N: len(lats), Lat: lats}
+			p50s[mode] = append(p50s[mode], r.Pct(50))
+			fmt.Printf("%-8d %-5s %10d %10s %9s %9s %9s\n", n, mode, addrs, load.Round(time.Second), latency.Ms(r.Pct(50)), latency.Ms(r.Pct(90)), latency.Ms(r.Pct(99)))
 		}
 		s.Close()
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 // A CAS measurement: nodes "nodes", each running one operation at a time
@@ -242,8 +244,8 @@ func nodePatch(prev, next nodeSpec) map[string]any {
 
 // run measures the cell at concurrency conc for d: worker w's i-th
 // operation is on node (w + i*conc) mod nodes.
-func (c *casCell) run(ctx context.Context, conc int, d time.Duration) result {
-	return measure(conc, d, func(w, i int) error { return c.op(ctx, (w+i*conc)%c.nodes) })
+func (c *casCell) run(ctx context.Context, conc int, d time.Duration) latency.Result {
+	return latency.Measure(conc, d, func(w, i int) error { return c.op(ctx, (w+i*conc)%c.nodes) })
 }
 
 // owner is a new owner record for node, compact when the mode says.

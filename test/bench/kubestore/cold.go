@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 // coldBench execs tiny binaries that each do one GET of a prototype
@@ -37,7 +39,7 @@ func coldBench(ctx context.Context, k *kubeStore, kubeconfig, name, root, tmp st
 	defer l.Close()
 	go serveAgent(ctx, k, l)
 
-	warm, err := times(n, func(int) error {
+	warm, err := latency.Times(n, func(int) error {
 		_, err := k.rc.Get().Resource(resBlock).Name(name).Do(ctx).Raw()
 		return err
 	})
@@ -45,7 +47,7 @@ func coldBench(ctx context.Context, k *kubeStore, kubeconfig, name, root, tmp st
 		return err
 	}
 	fmt.Printf("%-52s %8s %9s %9s %9s\n", "", "binary", "p50", "p99", "mean")
-	fmt.Printf("%-52s %8s %9s %9s %9s\n", "in-process GET, warm client-go connection", "-", ms(warm.pct(50)), ms(warm.pct(99)), ms(warm.wall/time.Duration(n)))
+	fmt.Printf("%-52s %8s %9s %9s %9s\n", "in-process GET, warm client-go connection", "-", latency.Ms(warm.Pct(50)), latency.Ms(warm.Pct(99)), latency.Ms(warm.Wall/time.Duration(n)))
 	rows := []struct{ what, bin, arg string }{
 		{"exec: client-go clientset from kubeconfig + GET", "clientset", kubeconfig},
 		{"exec: client-go dynamic client from kubeconfig + GET", "dynamic", kubeconfig},
@@ -63,12 +65,12 @@ func coldBench(ctx context.Context, k *kubeStore, kubeconfig, name, root, tmp st
 		if err := run(0); err != nil { // page cache warm, not counted
 			return err
 		}
-		res, err := times(n, run)
+		res, err := latency.Times(n, run)
 		if err != nil {
 			return err
 		}
 		st, _ := os.Stat(bins[r.bin])
-		fmt.Printf("%-52s %7.1fM %9s %9s %9s\n", r.what, float64(st.Size())/(1<<20), ms(res.pct(50)), ms(res.pct(99)), ms(res.wall/time.Duration(n)))
+		fmt.Printf("%-52s %7.1fM %9s %9s %9s\n", r.what, float64(st.Size())/(1<<20), latency.Ms(res.Pct(50)), latency.Ms(res.Pct(99)), latency.Ms(res.Wall/time.Duration(n)))
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 func listNode(i int) string { return fmt.Sprintf("node-%04d", i) }
@@ -21,7 +23,7 @@ func listNode(i int) string { return fmt.Sprintf("node-%04d", i) }
 func listBench(ctx context.Context, k *kubeStore, nodes, samples int) error {
 	fmt.Printf("\n4. create-if-absent and delete on ProtoBlock (sequential, %d each; a half-full /26 block, %d B spec)\n", samples, jsonLen(halfBlock(0)))
 	vers := make([]string, samples)
-	newR, err := times(samples, func(i int) error {
+	newR, err := latency.Times(samples, func(i int) error {
 		v, err := k.create(ctx, resBlock, fmt.Sprintf("cia-%05d", i), map[string]string{"ipkeeper.io/node": "cia"}, halfBlock(i))
 		vers[i] = v
 		return err
@@ -29,7 +31,7 @@ func listBench(ctx context.Context, k *kubeStore, nodes, samples int) error {
 	if err != nil {
 		return err
 	}
-	existR, err := times(samples, func(i int) error {
+	existR, err := latency.Times(samples, func(i int) error {
 		_, err := k.create(ctx, resBlock, fmt.Sprintf("cia-%05d", i), map[string]string{"ipkeeper.io/node": "cia"}, halfBlock(i))
 		if err == nil {
 			return fmt.Errorf("create of existing cia-%05d succeeded", i)
@@ -42,14 +44,14 @@ func listBench(ctx context.Context, k *kubeStore, nodes, samples int) error {
 	if err != nil {
 		return err
 	}
-	delR, err := times(samples, func(i int) error { return k.delete(ctx, resBlock, fmt.Sprintf("cia-%05d", i), vers[i]) })
+	delR, err := latency.Times(samples, func(i int) error { return k.delete(ctx, resBlock, fmt.Sprintf("cia-%05d", i), vers[i]) })
 	if err != nil {
 		return err
 	}
 	fmt.Printf("%-44s %9s %9s\n", "", "p50", "p99")
-	fmt.Printf("%-44s %9s %9s\n", "create (name absent: created)", ms(newR.pct(50)), ms(newR.pct(99)))
-	fmt.Printf("%-44s %9s %9s\n", "create (name exists: 409 AlreadyExists)", ms(existR.pct(50)), ms(existR.pct(99)))
-	fmt.Printf("%-44s %9s %9s\n", "delete with resourceVersion precondition", ms(delR.pct(50)), ms(delR.pct(99)))
+	fmt.Printf("%-44s %9s %9s\n", "create (name absent: created)", latency.Ms(newR.Pct(50)), latency.Ms(newR.Pct(99)))
+	fmt.Printf("%-44s %9s %9s\n", "create (name exists: 409 AlreadyExists)", latency.Ms(existR.Pct(50)), latency.Ms(existR.Pct(99)))
+	fmt.Printf("%-44s %9s %9s\n", "delete with resourceVersion precondition", latency.Ms(delR.Pct(50)), latency.Ms(delR.Pct(99)))
 
 	fmt.Printf("\n5. label-selector LIST of one node's blocks among %d nodes x 2 blocks (16 owners each)\n", nodes)
 	t0 := time.Now()
@@ -111,7 +113,7 @@ func listBench(ctx context.Context, k *kubeStore, nodes, samples int) error {
 	fmt.Printf("%-48s %6s %9s %9s %7s\n", "", "n", "p50", "p99", "items")
 	for _, x := range qs {
 		got = -1
-		r, err := times(x.n, x.op)
+		r, err := latency.Times(x.n, x.op)
 		if err != nil {
 			return fmt.Errorf("%s: %w", x.what, err)
 		}
@@ -119,7 +121,7 @@ func listBench(ctx context.Context, k *kubeStore, nodes, samples int) error {
 		if got >= 0 {
 			items = fmt.Sprint(got)
 		}
-		fmt.Printf("%-48s %6d %9s %9s %7s\n", x.what, x.n, ms(r.pct(50)), ms(r.pct(99)), items)
+		fmt.Printf("%-48s %6d %9s %9s %7s\n", x.what, x.n, latency.Ms(r.Pct(50)), latency.Ms(r.Pct(99)), items)
 	}
 	return nil
 }

@@ -42,6 +42,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 var (
@@ -143,8 +145,8 @@ func main() {
 			}
 			er := ec.run(ctx, conc, *flagDur)
 			fmt.Printf("%-44s %4d | %9.0f %8s %8s %7.3f | %9.0f %8s %8s %7.3f | %6.2f\n", r.label, conc,
-				kr.rate(), ms(kr.pct(50)), ms(kr.pct(99)), perOp(kc.conflicts.Load(), kr.n),
-				er.rate(), ms(er.pct(50)), ms(er.pct(99)), perOp(ec.conflicts.Load(), er.n), kr.rate()/er.rate())
+				kr.Rate(), latency.Ms(kr.Pct(50)), latency.Ms(kr.Pct(99)), perOp(kc.conflicts.Load(), kr.N),
+				er.Rate(), latency.Ms(er.Pct(50)), latency.Ms(er.Pct(99)), perOp(ec.conflicts.Load(), er.N), kr.Rate()/er.Rate())
 		}
 	}
 	fmt.Printf("(confl = failed compare-and-swaps per successful operation; ratio = kube ops/s / etcd ops/s)\n")
@@ -177,7 +179,7 @@ func main() {
 			log.Fatal(err)
 		}
 		er := ec.run(ctx, 1, *flagDur)
-		fmt.Printf("%-52s %9d | %9.0f %8s %8s | %9.0f %8s %8s\n", s.what, size, kr.rate(), ms(kr.pct(50)), ms(kr.pct(99)), er.rate(), ms(er.pct(50)), ms(er.pct(99)))
+		fmt.Printf("%-52s %9d | %9.0f %8s %8s | %9.0f %8s %8s\n", s.what, size, kr.Rate(), latency.Ms(kr.Pct(50)), latency.Ms(kr.Pct(99)), er.Rate(), latency.Ms(er.Pct(50)), latency.Ms(er.Pct(99)))
 	}
 
 	if !*flagSkipList {
