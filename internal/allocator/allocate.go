@@ -31,6 +31,19 @@ type Request struct {
 	Define []ipam.Pool
 }
 
+// poolNames lists the pools of every range set once, in order.
+func (r Request) poolNames() []string {
+	var names []string
+	for _, set := range r.Sets {
+		for _, n := range set {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
 // maxHintBlocks bounds the blocks one hint may name; a larger hint is no
 // hint (it was not written by an allocator: a node holds a few blocks).
 const maxHintBlocks = 1024
@@ -68,14 +81,7 @@ var errStaleHint = errors.New("allocation hint out of date")
 
 func (a *Allocator) allocateOnce(ctx context.Context, req Request, allowHintOnly bool) (_ ipam.Handle, err error) {
 	node := req.Handle.Node
-	var names []string
-	for _, set := range req.Sets {
-		for _, n := range set {
-			if !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
+	names := req.poolNames()
 	// One read at most: the handle, the pools and the blocks the node is
 	// believed to hold. With a complete hint there is no read at all: the
 	// commit is guarded by the hinted versions and values and the handle's

@@ -163,14 +163,7 @@ func (a *Allocator) TakeOver(ctx context.Context, req Request, old Observed) (ip
 }
 
 func (a *Allocator) takeOverOnce(ctx context.Context, req Request, o Observed) (ipam.Handle, error) {
-	var names []string
-	for _, set := range req.Sets {
-		for _, n := range set {
-			if !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
+	names := req.poolNames()
 	hk := HandleKey(req.Handle.ID)
 	keys := []string{o.Key, hk}
 	for _, n := range names {
