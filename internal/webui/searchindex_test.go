@@ -80,6 +80,15 @@ func TestSearchIndexFollowsChanges(t *testing.T) {
 			}
 			// Enough changes that the next search has the index built
 			// again (in the background; its answer is right all the same).
+			// A build started earlier (after the first read) may still be
+			// under way; it would take the index's place in the middle of
+			// the puts below.
+			for i := 0; building(m); i++ {
+				if i == 3000 {
+					t.Fatal("a background build of the index does not end")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			old := indexOf(m)
 			for i := range rebuildAfter + 1 {
 				put(fmt.Sprintf("bulk-%d", i), "node-d", 10+i%50)
@@ -108,6 +117,13 @@ func TestSearchIndexFollowsChanges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// building reports whether an index is being built in the background.
+func building(m *model) bool {
+	m.idxMu.Lock()
+	defer m.idxMu.Unlock()
+	return m.idxBuilding
 }
 
 // indexOf returns m's search index (nil when none was built).
