@@ -12,22 +12,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
+
 	"github.com/ipkeeper/ipkeeper/internal/config"
 )
 
 // nobody is the unprivileged user that plants files in the root-only cases.
 const nobody = 65534
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test plants files owned by another user and needs root (CI=true)")
-	}
-	t.Skip("needs root to plant files owned by another user")
-}
 
 func must(t *testing.T, errs ...error) {
 	t.Helper()
@@ -36,27 +27,6 @@ func must(t *testing.T, errs ...error) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// tree lists every path under root with its mode and owner.
-func tree(t *testing.T, root string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		out = append(out, p+" "+fi.Mode().String())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // Open of an etcd datastore refuses a node lock or hint directory another
@@ -127,12 +97,12 @@ func TestLockDirTrust(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.root {
-				needRoot(t)
+				testenv.NeedRoot(t)
 			}
 			base := t.TempDir()
 			dir, names := c.setup(t, base)
 			t.Setenv(LockDirEnv, dir)
-			before := tree(t, base)
+			before := testenv.FileModes(t, base)
 			s, err := Open(t.Context(), ds)
 			if err == nil {
 				s.Close()
@@ -142,7 +112,7 @@ func TestLockDirTrust(t *testing.T) {
 				t.Fatalf("Open = %v, want ErrBadPath naming %s", err, names)
 			}
 			// Only a safe (0700) hint directory may have been made.
-			after := slices.DeleteFunc(tree(t, base), func(p string) bool {
+			after := slices.DeleteFunc(testenv.FileModes(t, base), func(p string) bool {
 				return p == filepath.Join(dir, hints)+" drwx------" && !slices.Contains(before, p)
 			})
 			if !slices.Equal(before, after) {
@@ -186,7 +156,7 @@ func TestLocalPathErrors(t *testing.T) {
 	file := filepath.Join(base, "file")
 	must(t, os.WriteFile(file, []byte("x"), 0o600))
 	for _, p := range []string{file, filepath.Join(file, "sub"), filepath.Join(base, "a\x00b")} {
-		before := tree(t, base)
+		before := testenv.FileModes(t, base)
 		s, err := Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: p})
 		if err == nil {
 			s.Close()
@@ -195,7 +165,7 @@ func TestLocalPathErrors(t *testing.T) {
 		if !errors.Is(err, ErrBadPath) {
 			t.Fatalf("Open(%q) = %v, want ErrBadPath", p, err)
 		}
-		if after := tree(t, base); !slices.Equal(before, after) {
+		if after := testenv.FileModes(t, base); !slices.Equal(before, after) {
 			t.Fatalf("Open(%q) changed the tree: %v -> %v", p, before, after)
 		}
 	}

@@ -5,8 +5,10 @@
 package testenv
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,4 +48,27 @@ func NeedRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		Missing(t, "root (network namespaces, file ownership)")
 	}
+}
+
+// FileModes lists every path under root (root included) with its mode, as
+// "PATH MODE", in lexical order: what a test compares before and after a
+// call that must create or change nothing.
+func FileModes(t testing.TB, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		out = append(out, p+" "+fi.Mode().String())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -11,23 +11,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // nobody is the unprivileged user that plants files in the root-only cases.
 const nobody = 65534
-
-// needRoot skips a test that must create files owned by another user,
-// except under CI=true, where a missing privilege is a failure.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test plants files owned by another user and needs root (CI=true)")
-	}
-	t.Skip("needs root to plant files owned by another user")
-}
 
 // privateDir is t.TempDir made 0700 with its parent: under umask 0 (which
 // the tests set so that they see the modes Open asks for) the testing
@@ -41,26 +30,6 @@ func privateDir(t *testing.T) string {
 
 // tree lists every path under root with its type and mode, to show that a
 // refused Open created and changed nothing.
-func tree(t *testing.T, root string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		out = append(out, p+" "+fi.Mode().String())
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func mustDo(t *testing.T, errs ...error) {
 	t.Helper()
 	for _, err := range errs {
@@ -186,11 +155,11 @@ func TestOpenRefusesUnsafePaths(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.root {
-				needRoot(t)
+				testenv.NeedRoot(t)
 			}
 			base := privateDir(t)
 			dir, names := c.setup(t, base)
-			before := tree(t, base)
+			before := testenv.FileModes(t, base)
 			s, err := Open(t.Context(), dir)
 			if err == nil {
 				s.Close()
@@ -199,7 +168,7 @@ func TestOpenRefusesUnsafePaths(t *testing.T) {
 			if !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), names) {
 				t.Fatalf("Open(%q) = %v, want ErrBadPath naming %q", dir, err, names)
 			}
-			if after := tree(t, base); !slices.Equal(before, after) {
+			if after := testenv.FileModes(t, base); !slices.Equal(before, after) {
 				t.Fatalf("refused Open changed the tree:\nbefore %v\nafter  %v", before, after)
 			}
 			if b, err := os.ReadFile(filepath.Join(base, "target")); err == nil && string(b) != "precious" {
