@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
 // ErrHandleChanged means a handle is not what the caller observed any
@@ -87,25 +86,7 @@ func (a *Allocator) releaseObservedOnce(ctx context.Context, o Observed) ([]neti
 		// could say so wrongly must still not make this release another's.
 		return nil, fmt.Errorf("%w: handle %s holds another allocation than observed", ErrHandleChanged, o.Handle.ID)
 	}
-	owner := strings.TrimPrefix(o.Key, HandlePrefix)
-	p := a.newPlan()
-	var freed []netip.Addr
-	for _, ip := range h.IPs {
-		ok, err := a.releaseInBlock(ctx, p, ip, owner)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			freed = append(freed, ip.Addr)
-		}
-	}
-	if _, err := p.commit(ctx,
-		[]kv.Cond{{Key: o.Key, Version: o.Version}},
-		[]kv.Op{{Key: o.Key, Delete: true}}); err != nil {
-		return nil, err
-	}
-	a.refreshHint(p)
-	return freed, nil
+	return a.commitRelease(ctx, a.newPlan(), o.Key, o.Version, h, strings.TrimPrefix(o.Key, HandlePrefix))
 }
 
 // sameAllocation reports whether two records of a handle describe the

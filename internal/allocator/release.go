@@ -82,6 +82,14 @@ func (a *Allocator) releaseOnce(ctx context.Context, handleID string, useHint bo
 			}
 		}
 	}
+	return a.commitRelease(ctx, p, e.Key, e.Version, h, owner)
+}
+
+// commitRelease frees h's addresses in their blocks within p and commits
+// that with the deletion of the handle record at key, guarded by its
+// version; it returns the addresses freed (those the blocks gave to owner).
+func (a *Allocator) commitRelease(ctx context.Context, p *plan, key string, version int64, h ipam.Handle, owner string) ([]netip.Addr, error) {
+	var freed []netip.Addr
 	for _, ip := range h.IPs {
 		ok, err := a.releaseInBlock(ctx, p, ip, owner)
 		if err != nil {
@@ -92,8 +100,8 @@ func (a *Allocator) releaseOnce(ctx context.Context, handleID string, useHint bo
 		}
 	}
 	if _, err := p.commit(ctx,
-		[]kv.Cond{{Key: e.Key, Version: e.Version}},
-		[]kv.Op{{Key: e.Key, Delete: true}}); err != nil {
+		[]kv.Cond{{Key: key, Version: version}},
+		[]kv.Op{{Key: key, Delete: true}}); err != nil {
 		return nil, err
 	}
 	a.refreshHint(p)
