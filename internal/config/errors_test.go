@@ -8,12 +8,7 @@ import (
 // TestParseErrors checks every rejected form, IPv4 and IPv6 side by side:
 // the error wraps ErrInvalid, names the key and says what is wrong.
 func TestParseErrors(t *testing.T) {
-	tests := []struct {
-		name      string
-		in        []byte
-		key       string
-		fragments []string
-	}{
+	tests := []rejectCase{
 		// The document.
 		{"malformed JSON names line and column", []byte("{\n  \"name\": \"x\",\n  \"ipam\": {,}\n}"), "", []string{"malformed JSON at line 3, column 12"}},
 		{"truncated JSON", []byte(`{"name": "x"`), "", []string{"malformed JSON", "unexpected end"}},
@@ -184,15 +179,7 @@ func TestParseErrors(t *testing.T) {
 		{"etcd_host with datastore object", conf(`{"range": "10.0.0.0/24", "etcd_host": "e:2379", "datastore": {"type": "etcd", "endpoints": ["e:2379"]}}`),
 			"ipam.etcd_host", []string{"cannot be combined"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parse(tt.in, testEnv(nil))
-			if err == nil {
-				t.Fatalf("parse accepted it: %+v", got)
-			}
-			checkErr(t, err, tt.key, tt.fragments...)
-		})
-	}
+	checkRejects(t, tests)
 }
 
 // TestParseErrorsHideCredentials: etcd endpoints with credentials are

@@ -199,3 +199,27 @@ func checkInvariants(t testing.TB, c *IPAM) {
 		fail("datastore type %q", d.Type)
 	}
 }
+
+// rejectCase is a config parse must refuse: the key its error names (see
+// checkErr) and fragments of the message.
+type rejectCase struct {
+	name      string
+	in        []byte
+	key       string
+	fragments []string
+}
+
+// checkRejects runs each case as a subtest: parse refuses it with an
+// error naming the key and every fragment.
+func checkRejects(t *testing.T, cases []rejectCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parse(tt.in, testEnv(nil))
+			if err == nil {
+				t.Fatalf("parse accepted it: %+v", got)
+			}
+			checkErr(t, err, tt.key, tt.fragments...)
+		})
+	}
+}

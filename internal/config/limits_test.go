@@ -28,12 +28,7 @@ func v6Subnet64(i int) string { return fmt.Sprintf("fd00:0:0:%x::/64", i) }
 // refused by the parser, before anything opens a datastore. IPv4 and IPv6
 // side by side.
 func TestParseRejectsUnusableRanges(t *testing.T) {
-	tests := []struct {
-		name      string
-		in        []byte
-		key       string
-		fragments []string
-	}{
+	tests := []rejectCase{
 		{"gateway is the network address v4", conf(`{"ranges": [[{"subnet": "10.0.0.0/24", "gateway": "10.0.0.0"}]]}`),
 			"ipam.ranges[0][0].gateway", []string{`"10.0.0.0" is the network address of subnet 10.0.0.0/24`}},
 		{"gateway is the network address v6", conf(`{"ranges": [[{"subnet": "fd00::/64", "gateway": "fd00::"}]]}`),
@@ -67,15 +62,7 @@ func TestParseRejectsUnusableRanges(t *testing.T) {
 		{"IPv6 range cut into too many blocks", conf(`{"ranges": [[{"subnet": "fd00::/8"}]]}`),
 			"ipam.ranges[0][0]", []string{"cannot become a pool", "2^62 blocks"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parse(tt.in, testEnv(nil))
-			if err == nil {
-				t.Fatalf("parse accepted it: %+v", got)
-			}
-			checkErr(t, err, tt.key, tt.fragments...)
-		})
-	}
+	checkRejects(t, tests)
 }
 
 // TestParseAcceptsBarelyUsableRanges: the boundary cases one address away
@@ -127,12 +114,7 @@ func TestParseLimits(t *testing.T) {
 	oneSet := func(n int, subnet func(int) string) string {
 		return `{"ranges": [[` + repeatJSON(n, func(i int) string { return `{"subnet": "` + subnet(i) + `"}` }) + `]]}`
 	}
-	tests := []struct {
-		name      string
-		in        []byte
-		key       string
-		fragments []string
-	}{
+	tests := []rejectCase{
 		{"config larger than the limit", []byte(`{"name": "n", "ipam": {"subnet": "10.0.0.0/24"}, "pad": "` + strings.Repeat("x", MaxConfigBytes) + `"}`),
 			"", []string{"more than the limit of 1048576 bytes"}},
 		{"100 000 range sets v4 (the report's case) is over the size limit", conf(sets(100000, v4Subnet24)), "", []string{"more than the limit of 1048576 bytes"}},
@@ -160,15 +142,7 @@ func TestParseLimits(t *testing.T) {
 		{"network_name too long", conf(`{"range": "10.0.0.0/24", "network_name": "` + long + `", "datastore": {"type": "local"}}`),
 			"ipam.network_name", []string{"more than the limit of 253"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parse(tt.in, testEnv(nil))
-			if err == nil {
-				t.Fatalf("parse accepted it: %+v", got)
-			}
-			checkErr(t, err, tt.key, tt.fragments...)
-		})
-	}
+	checkRejects(t, tests)
 	// $NODENAME is bounded too.
 	_, err := parse(conf(`{"subnet": "10.0.0.0/24"}`), testEnv(map[string]string{"NODENAME": long}))
 	checkErr(t, err, "$NODENAME", "more than the limit of 253")
