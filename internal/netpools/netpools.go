@@ -66,10 +66,17 @@ func Resolve(ctx context.Context, a *allocator.Allocator, conf *config.IPAM) (se
 	if sets, err = Planned(conf); err != nil {
 		return nil, nil, err
 	}
+	return sets, Definitions(sets), nil
+}
+
+// Definitions lists the pools of planned range sets: those an allocation
+// defines (allocator.Request.Define).
+func Definitions(sets []Set) []ipam.Pool {
+	var define []ipam.Pool
 	for _, set := range sets {
 		define = append(define, set...)
 	}
-	return sets, define, nil
+	return define
 }
 
 func named(ctx context.Context, a *allocator.Allocator, names []string) ([]Set, error) {

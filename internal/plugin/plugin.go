@@ -56,6 +56,19 @@ type session struct {
 	conf  *config.IPAM
 	alloc *allocator.Allocator
 	close func()
+	// planned are the range sets of a config that defines its pools by
+	// ranges, planned (and checked) before the datastore was opened; nil
+	// when the config names pools.
+	planned []netpools.Set
+}
+
+// rangeSets returns the config's range sets and the pools an allocation
+// defines: the planned sets, or the named pools read from the datastore.
+func (s *session) rangeSets(ctx context.Context) ([]netpools.Set, []ipam.Pool, error) {
+	if s.planned != nil {
+		return s.planned, netpools.Definitions(s.planned), nil
+	}
+	return netpools.Resolve(ctx, s.alloc, s.conf)
 }
 
 // prepareFunc adjusts a parsed config before the datastore is opened
@@ -76,8 +89,9 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*
 			return nil, err
 		}
 	}
-	if !conf.NeedsPodCIDR(4) && !conf.NeedsPodCIDR(6) {
-		if _, err := netpools.Planned(conf); err != nil {
+	var planned []netpools.Set
+	if len(conf.Pools) == 0 && !conf.NeedsPodCIDR(4) && !conf.NeedsPodCIDR(6) {
+		if planned, err = netpools.Planned(conf); err != nil {
 			return nil, err
 		}
 	}
@@ -90,9 +104,10 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*
 		alloc.SetHints(allocator.FileHints{Dir: dir})
 	}
 	return &session{
-		conf:  conf,
-		alloc: alloc,
-		close: func() { _ = store.Close() },
+		conf:    conf,
+		alloc:   alloc,
+		close:   func() { _ = store.Close() },
+		planned: planned,
 	}, nil
 }
 
@@ -139,7 +154,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	var pa podAware
 	prepare := kubePrepare(args.StdinData, att, true, &pa)
 	return p.withPreparedSession(args.StdinData, cniError, prepare, func(ctx context.Context, s *session) error {
-		sets, define, err := netpools.Resolve(ctx, s.alloc, s.conf)
+		sets, define, err := s.rangeSets(ctx)
 		if err != nil {
 			return err
 		}
@@ -270,13 +285,7 @@ func statusError(err error) *types.Error {
 // status checks that every range set has a pool with room on this node.
 // Pools a config defines but nobody created yet count as empty.
 func status(ctx context.Context, s *session) error {
-	var sets []netpools.Set
-	var err error
-	if len(s.conf.Pools) > 0 {
-		sets, _, err = netpools.Resolve(ctx, s.alloc, s.conf)
-	} else {
-		sets, err = netpools.Planned(s.conf)
-	}
+	sets, _, err := s.rangeSets(ctx)
 	if err != nil {
 		return err
 	}
