@@ -1,0 +1,232 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+)
+
+// The encoding of a node object (NodeSpec) is what every backend stores:
+// the value under an etcd or bbolt key, the spec of a Kubernetes object.
+// It holds nothing twice, since an object's size is what its writes cost
+// (docs/STORAGE.md): a block is its pool, CIDR and free queue; who owns an
+// address is said once, by the handle record listing it.
+
+// NodeSpec is the stored form of a node object.
+type NodeSpec struct {
+	Blocks  []BlockSpec  `json:"blocks"`
+	Handles []HandleSpec `json:"handles"`
+}
+
+// BlockSpec is the stored form of one block of a node object.
+type BlockSpec struct {
+	Pool string       `json:"pool"`
+	CIDR netip.Prefix `json:"cidr"`
+	// Free is the free queue, in order, as comma-separated ordinals and
+	// ascending runs ("2-63,0,1"); empty when the block is full.
+	Free string `json:"free"`
+}
+
+// HandleSpec is the stored form of one handle record.
+type HandleSpec struct {
+	ID string `json:"id"`
+	// Attachment holds network, container ID and interface name when the
+	// ID does not spell them (ipam.ParseHandleID); absent otherwise.
+	Attachment *[3]string `json:"attachment,omitempty"`
+	// Node is the handle's node when it is not the object's (borrowed).
+	Node      string     `json:"node,omitempty"`
+	NetNS     string     `json:"netns,omitempty"`
+	Namespace string     `json:"namespace,omitempty"`
+	Pod       string     `json:"pod,omitempty"`
+	PodUID    string     `json:"podUID,omitempty"`
+	Created   time.Time  `json:"created,omitzero"`
+	IPs       []AddrSpec `json:"ips"`
+}
+
+// AddrSpec is one address of a handle record, in a block of its pool.
+type AddrSpec struct {
+	Addr netip.Addr `json:"addr"`
+	Pool string     `json:"pool"`
+}
+
+// EncodeNode validates n and returns its stored form, or an error wrapping
+// ErrInvalid.
+func EncodeNode(n Node) (NodeSpec, error) {
+	if err := n.Validate(); err != nil {
+		return NodeSpec{}, err
+	}
+	spec := NodeSpec{Blocks: make([]BlockSpec, len(n.Blocks)), Handles: make([]HandleSpec, len(n.Handles))}
+	for i, b := range n.Blocks {
+		spec.Blocks[i] = BlockSpec{Pool: b.Pool, CIDR: b.CIDR, Free: FormatQueue(b.Free)}
+	}
+	for i, h := range n.Handles {
+		hs := HandleSpec{ID: h.ID, NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Created: h.Created}
+		if nw, c, ifn, ok := ipam.ParseHandleID(h.ID); !ok || nw != h.Network || c != h.ContainerID || ifn != h.IfName {
+			hs.Attachment = &[3]string{h.Network, h.ContainerID, h.IfName}
+		}
+		if h.Node != n.Name {
+			hs.Node = h.Node
+		}
+		hs.IPs = make([]AddrSpec, len(h.IPs))
+		for j, ip := range h.IPs {
+			hs.IPs[j] = AddrSpec{Addr: ip.Addr, Pool: ip.Pool}
+		}
+		spec.Handles[i] = hs
+	}
+	return spec, nil
+}
+
+// MarshalNode is EncodeNode as JSON.
+func MarshalNode(n Node) ([]byte, error) {
+	spec, err := EncodeNode(n)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(spec)
+}
+
+// DecodeNode rebuilds the node object name from its stored form: block
+// owners from the handle records, each address's block from the object's
+// blocks. A spec that does not make a valid node object is refused with an
+// error wrapping ErrCorrupt.
+func DecodeNode(name string, spec NodeSpec) (Node, error) {
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("%w: node object %q: %s", ErrCorrupt, name, fmt.Sprintf(format, args...))
+	}
+	n := Node{Name: name, Blocks: make([]ipam.Block, len(spec.Blocks)), Handles: make([]ipam.Handle, len(spec.Handles))}
+	for i, bs := range spec.Blocks {
+		if !bs.CIDR.IsValid() || bs.CIDR != bs.CIDR.Masked() || bs.CIDR.Addr().BitLen()-bs.CIDR.Bits() > ipam.MaxBlockHostBits {
+			return Node{}, corrupt("block %q of pool %q: not a masked prefix of at most 2^%d addresses", bs.CIDR, bs.Pool, ipam.MaxBlockHostBits)
+		}
+		size := 1 << (bs.CIDR.Addr().BitLen() - bs.CIDR.Bits())
+		free, err := ParseQueue(bs.Free, size)
+		if err != nil {
+			return Node{}, corrupt("block %s of pool %q: %v", bs.CIDR, bs.Pool, err)
+		}
+		n.Blocks[i] = ipam.Block{CIDR: bs.CIDR, Pool: bs.Pool, Node: name, Free: free}
+	}
+	for i, hs := range spec.Handles {
+		h := ipam.Handle{ID: hs.ID, Node: hs.Node, NetNS: hs.NetNS, Namespace: hs.Namespace, Pod: hs.Pod, PodUID: hs.PodUID, Created: hs.Created}
+		if h.Node == "" {
+			h.Node = name
+		}
+		if hs.Attachment != nil {
+			h.Network, h.ContainerID, h.IfName = hs.Attachment[0], hs.Attachment[1], hs.Attachment[2]
+		} else {
+			var ok bool
+			if h.Network, h.ContainerID, h.IfName, ok = ipam.ParseHandleID(hs.ID); !ok {
+				return Node{}, corrupt("handle %q: the ID does not name its attachment and none is recorded", hs.ID)
+			}
+		}
+		h.IPs = make([]ipam.HandleIP, len(hs.IPs))
+		for j, a := range hs.IPs {
+			h.IPs[j] = ipam.HandleIP{Addr: a.Addr, Pool: a.Pool}
+			for bi := range n.Blocks {
+				b := &n.Blocks[bi]
+				if b.Pool != a.Pool || !b.CIDR.Contains(a.Addr) {
+					continue
+				}
+				h.IPs[j].Block = b.CIDR
+				ord, _ := b.Ordinal(a.Addr)
+				if b.Owners == nil {
+					b.Owners = map[int]string{}
+				}
+				if other, taken := b.Owners[ord]; taken {
+					return Node{}, corrupt("%s held by handles %q and %q", a.Addr, other, hs.ID)
+				}
+				b.Owners[ord] = hs.ID
+				break
+			}
+		}
+		n.Handles[i] = h
+	}
+	if err := n.Validate(); err != nil {
+		return Node{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return n, nil
+}
+
+// UnmarshalNode is DecodeNode of JSON.
+func UnmarshalNode(name string, data []byte) (Node, error) {
+	var spec NodeSpec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return Node{}, fmt.Errorf("%w: node object %q: %v", ErrCorrupt, name, err)
+	}
+	return DecodeNode(name, spec)
+}
+
+// FormatQueue writes a free queue as comma-separated ordinals, each
+// ascending run of two or more consecutive ordinals as "first-last".
+func FormatQueue(q []int) string {
+	var b strings.Builder
+	for i := 0; i < len(q); {
+		j := i
+		for j+1 < len(q) && q[j+1] == q[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(q[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(q[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// errQueue is wrapped by every ParseQueue error.
+var errQueue = errors.New("bad free queue")
+
+// ParseQueue reads what FormatQueue writes, for a block of size addresses:
+// every ordinal in [0, size), each at most once, runs ascending.
+func ParseQueue(s string, size int) ([]int, error) {
+	if s == "" {
+		return []int{}, nil
+	}
+	out := []int{}
+	seen := make([]bool, size)
+	for tok := range strings.SplitSeq(s, ",") {
+		first, last, isRun := strings.Cut(tok, "-")
+		a, err := ordinal(first, size)
+		if err != nil {
+			return nil, err
+		}
+		z := a
+		if isRun {
+			if z, err = ordinal(last, size); err != nil {
+				return nil, err
+			}
+			if z <= a {
+				return nil, fmt.Errorf("%w: run %q does not ascend", errQueue, tok)
+			}
+		}
+		for o := a; o <= z; o++ {
+			if seen[o] {
+				return nil, fmt.Errorf("%w: ordinal %d twice", errQueue, o)
+			}
+			seen[o] = true
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+func ordinal(s string, size int) (int, error) {
+	if s == "" || len(s) > 1 && s[0] == '0' || strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }) >= 0 || len(s) > 7 {
+		return 0, fmt.Errorf("%w: %q is not an ordinal", errQueue, s)
+	}
+	o, _ := strconv.Atoi(s)
+	if o >= size {
+		return 0, fmt.Errorf("%w: ordinal %d outside the block's %d addresses", errQueue, o, size)
+	}
+	return o, nil
+}

@@ -1,0 +1,203 @@
+package store
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+)
+
+// Pool is a stored pool definition.
+type Pool struct {
+	// Spec is the definition; Spec.Name is the pool's name.
+	Spec ipam.Pool
+	// Version is the stored state's version ("" before it is stored).
+	Version Version
+}
+
+// BlockRef names a block: pools may overlap (two networks may use one
+// subnet), so a block is its pool and its CIDR.
+type BlockRef struct {
+	Pool string
+	CIDR netip.Prefix
+}
+
+// String is "pool/cidr".
+func (r BlockRef) String() string { return r.Pool + "/" + r.CIDR.String() }
+
+// Compare orders refs by pool name, then CIDR.
+func (r BlockRef) Compare(o BlockRef) int {
+	return cmp.Or(cmp.Compare(r.Pool, o.Pool), r.CIDR.Addr().Compare(o.CIDR.Addr()), cmp.Compare(r.CIDR.Bits(), o.CIDR.Bits()))
+}
+
+// Claim records which node holds a block. Creating it is how a node claims
+// the block; only the node a claim names may keep the block's state in its
+// node object.
+type Claim struct {
+	BlockRef
+	// Node is the node holding the block.
+	Node string
+	// Version is the stored state's version.
+	Version Version
+}
+
+// ClaimSelector chooses claims to list. Set at most one field; the zero
+// selector lists every claim.
+type ClaimSelector struct {
+	// Node lists the claims of one node.
+	Node string
+	// Pool lists the claims of one pool.
+	Pool string
+}
+
+// Node is a node object: every block one node holds and the records of the
+// handles whose addresses are in them. It is the unit of atomicity: an
+// allocation or release touching only this node's blocks is one update.
+type Node struct {
+	// Name is the node's name.
+	Name string
+	// Blocks are the node's blocks, at most one per BlockRef. Each has
+	// Node == Name; Owners must agree with Handles exactly (EncodeNode
+	// checks, DecodeNode rebuilds them from Handles).
+	Blocks []ipam.Block
+	// Handles are the records of the handles holding addresses in Blocks.
+	// A record lists only its addresses in these blocks (a dual-stack
+	// handle whose second address was borrowed from another node has a
+	// record in each object) and holds at least one. A record whose Node
+	// is not Name is a borrower's: the object lends to that node.
+	Handles []ipam.Handle
+	// Version is the stored state's version.
+	Version Version
+}
+
+// NodeSelector chooses node objects to list; the zero selector lists all.
+type NodeSelector struct {
+	// LendsTo lists the objects holding a record of a handle of this node
+	// (the lenders of its borrowed addresses).
+	LendsTo string
+}
+
+// LendsTo returns the borrowers with records in n, sorted, each once.
+func (n Node) LendsTo() []string {
+	var out []string
+	for _, h := range n.Handles {
+		if h.Node != n.Name && !slices.Contains(out, h.Node) {
+			out = append(out, h.Node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Block returns the node's block ref, if it holds it.
+func (n Node) Block(ref BlockRef) (ipam.Block, bool) {
+	for _, b := range n.Blocks {
+		if b.Pool == ref.Pool && b.CIDR == ref.CIDR {
+			return b, true
+		}
+	}
+	return ipam.Block{}, false
+}
+
+// Handle returns the record of handle id, if n holds one.
+func (n Node) Handle(id string) (ipam.Handle, bool) {
+	for _, h := range n.Handles {
+		if h.ID == id {
+			return h, true
+		}
+	}
+	return ipam.Handle{}, false
+}
+
+// Validate reports the first reason n cannot be stored, wrapping
+// ErrInvalid: an empty name, an invalid or repeated block, a block of
+// another node, a record without addresses or with an address outside
+// this object's blocks, two records of one handle, or blocks whose owners
+// disagree with the records.
+func (n Node) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: node object %q: %s", ErrInvalid, n.Name, fmt.Sprintf(format, args...))
+	}
+	if err := ValidName("node", n.Name); err != nil {
+		return err
+	}
+	owners := make(map[BlockRef]map[int]string, len(n.Blocks))
+	for _, b := range n.Blocks {
+		ref := BlockRef{b.Pool, b.CIDR}
+		if err := ValidName("pool", b.Pool); err != nil {
+			return bad("block %s: %v", b.CIDR, err)
+		}
+		if b.Node != n.Name {
+			return bad("block %s is affine to node %q", ref, b.Node)
+		}
+		if _, dup := owners[ref]; dup {
+			return bad("block %s twice", ref)
+		}
+		if err := b.Validate(); err != nil {
+			return bad("%v", err)
+		}
+		owners[ref] = map[int]string{}
+	}
+	seen := make(map[string]bool, len(n.Handles))
+	for _, h := range n.Handles {
+		switch {
+		case h.ID == "":
+			return bad("a handle record without an ID")
+		case seen[h.ID]:
+			return bad("handle %q recorded twice", h.ID)
+		case h.Node == "":
+			return bad("handle %q names no node", h.ID)
+		case len(h.IPs) == 0:
+			return bad("handle %q holds no address here", h.ID)
+		}
+		seen[h.ID] = true
+		for _, ip := range h.IPs {
+			ref := BlockRef{ip.Pool, ip.Block}
+			own, ok := owners[ref]
+			if !ok || !ip.Block.Contains(ip.Addr) {
+				return bad("handle %q holds %s in block %s, which this object does not hold", h.ID, ip.Addr, ref)
+			}
+			b, _ := n.Block(ref)
+			ord, _ := b.Ordinal(ip.Addr)
+			if other, taken := own[ord]; taken {
+				return bad("%s held by handles %q and %q", ip.Addr, other, h.ID)
+			}
+			own[ord] = h.ID
+		}
+	}
+	for _, b := range n.Blocks {
+		own := owners[BlockRef{b.Pool, b.CIDR}]
+		if len(own) != len(b.Owners) {
+			return bad("block %s/%s lists %d owners, the records %d", b.Pool, b.CIDR, len(b.Owners), len(own))
+		}
+		for ord, id := range b.Owners {
+			if own[ord] != id {
+				return bad("block %s/%s gives %s to %q, the records to %q", b.Pool, b.CIDR, b.Addr(ord), id, own[ord])
+			}
+		}
+	}
+	return nil
+}
+
+// ValidName refuses names no backend can key an object by: empty, over
+// 253 bytes, or holding '/', NUL or other control characters. Backends
+// with stricter naming (Kubernetes) map valid names to legal ones.
+func ValidName(kind, name string) error {
+	if name == "" || len(name) > MaxNameBytes {
+		return fmt.Errorf("%w: %s name %q must be 1 to %d bytes", ErrInvalid, kind, name, MaxNameBytes)
+	}
+	for _, r := range name {
+		if r == '/' || r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%w: %s name %q must not contain '/' or control characters", ErrInvalid, kind, name)
+		}
+	}
+	return nil
+}
+
+// MaxNameBytes is the longest pool or node name (a Kubernetes object name).
+const MaxNameBytes = 253
+
+func itoa(n int) string { return strconv.Itoa(n) }

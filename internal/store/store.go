@@ -1,0 +1,133 @@
+// Package store is ipkeeper's datastore contract (version 2, see
+// docs/STORAGE.md): typed objects — pools, block claims and node objects —
+// each read and written alone, with compare-and-swap on one object at a
+// time, and listing by a typed selector instead of key prefixes. It is
+// what the Kubernetes API offers, so the local file, etcd and the
+// Kubernetes API implement the same contract and run one conformance suite
+// (package storetest).
+//
+// The unit of atomicity is the node object: every block a node holds, in
+// every pool and family, and the records of the handles whose addresses
+// are in them. An allocation from a node's own blocks — dual-stack
+// included — is one UpdateNode; a block is claimed by creating its Claim,
+// whose name is the block's uniqueness; nothing ever writes two objects at
+// once.
+package store
+
+import (
+	"context"
+	"errors"
+)
+
+// Errors every backend returns, wrapped with the object they concern.
+var (
+	// ErrNotFound: the object does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a create found the object already there.
+	ErrExists = errors.New("already exists")
+	// ErrConflict: an update or delete named a version the object no
+	// longer has. Nothing was written; re-read and retry.
+	ErrConflict = errors.New("changed meanwhile")
+	// ErrUnavailable: the datastore could not be reached or used
+	// (connection refused, timeouts, a lock not taken in time). The plugin
+	// maps it to CNI error 11 (try again later).
+	ErrUnavailable = errors.New("datastore unavailable")
+	// ErrTooLarge: the encoded object exceeds Limits.MaxObjectBytes.
+	// Nothing was sent.
+	ErrTooLarge = errors.New("object too large for the datastore")
+	// ErrInvalid: the object cannot be stored as given (a name the
+	// backend cannot hold, a node object whose blocks and handles
+	// disagree). Nothing was sent.
+	ErrInvalid = errors.New("invalid object")
+	// ErrCorrupt: a stored object cannot be decoded or fails validation.
+	// `ipkeeperctl check` reports it.
+	ErrCorrupt = errors.New("stored object is corrupt")
+)
+
+// Version identifies one state of one object. It is opaque: compare it
+// for equality only. Every write gives the object a new Version; the
+// empty Version means "not stored".
+type Version string
+
+// Limits says how big an object a backend stores.
+type Limits struct {
+	// MaxObjectBytes bounds an object's encoding (EncodeNode for node
+	// objects). Zero means no limit.
+	MaxObjectBytes int
+}
+
+// Store is a datastore of pools, block claims and node objects.
+//
+// Every write is atomic and durable on its own: when it returns nil the
+// object is stored and survives a crash; when it returns an error other
+// than one whose outcome is unknown (a context deadline while the request
+// was in flight, wrapped in ErrUnavailable), nothing was written. Every
+// write returns the object as stored, with its new Version, so a caller
+// can keep what it wrote and compare-and-swap against it later without
+// reading it back.
+//
+// Updates and deletes are compare-and-swap: they succeed only when the
+// object is at the Version the caller passes, and return ErrConflict
+// otherwise (ErrNotFound when it is gone). Lists are sorted by name
+// (pools, nodes) or by pool then CIDR (claims), and hold exactly the
+// objects the selector names: a backend that indexes by a hashed label
+// filters what it lists by the objects' content.
+type Store interface {
+	// GetPool returns the pool named name, or ErrNotFound.
+	GetPool(ctx context.Context, name string) (Pool, error)
+	// ListPools returns every pool.
+	ListPools(ctx context.Context) ([]Pool, error)
+	// CreatePool stores a new pool (ErrExists when the name is taken).
+	CreatePool(ctx context.Context, p Pool) (Pool, error)
+	// UpdatePool replaces the pool at p.Version.
+	UpdatePool(ctx context.Context, p Pool) (Pool, error)
+	// DeletePool deletes the pool at p.Version.
+	DeletePool(ctx context.Context, p Pool) error
+
+	// CreateClaim records that c.Node holds block c.CIDR of pool c.Pool.
+	// Of concurrent creates of one block exactly one succeeds; the others
+	// get ErrExists.
+	CreateClaim(ctx context.Context, c Claim) (Claim, error)
+	// GetClaim returns the claim of block cidr of pool, or ErrNotFound.
+	GetClaim(ctx context.Context, ref BlockRef) (Claim, error)
+	// ListClaims returns the claims sel names.
+	ListClaims(ctx context.Context, sel ClaimSelector) ([]Claim, error)
+	// DeleteClaim deletes the claim at c.Version.
+	DeleteClaim(ctx context.Context, c Claim) error
+
+	// GetNode returns the node object named name, or ErrNotFound.
+	GetNode(ctx context.Context, name string) (Node, error)
+	// CreateNode stores a new node object (ErrExists when present).
+	CreateNode(ctx context.Context, n Node) (Node, error)
+	// UpdateNode replaces the node object at n.Version.
+	UpdateNode(ctx context.Context, n Node) (Node, error)
+	// DeleteNode deletes the node object at n.Version.
+	DeleteNode(ctx context.Context, n Node) error
+	// ListNodes returns the node objects sel names.
+	ListNodes(ctx context.Context, sel NodeSelector) ([]Node, error)
+
+	// Limits returns the backend's size limits.
+	Limits() Limits
+	// Close releases the store (and any lock or connection it holds).
+	Close() error
+}
+
+// Fits reports an error wrapping ErrTooLarge when an encoding of n bytes
+// of what exceeds l.
+func (l Limits) Fits(what string, n int) error {
+	if l.MaxObjectBytes > 0 && n > l.MaxObjectBytes {
+		return &tooLarge{what: what, size: n, max: l.MaxObjectBytes}
+	}
+	return nil
+}
+
+type tooLarge struct {
+	what      string
+	size, max int
+}
+
+func (e *tooLarge) Error() string {
+	return ErrTooLarge.Error() + ": " + e.what + " encodes to " + itoa(e.size) + " bytes, the limit is " + itoa(e.max)
+}
+
+func (e *tooLarge) Unwrap() error { return ErrTooLarge }
