@@ -139,9 +139,17 @@ type IPAM struct {
 	// copied into every Range it overlaps; with pools the allocator applies it.
 	Exclude []netip.Prefix
 	// Kubeconfig is ipam.kubernetes.kubeconfig: pod-aware allocation reads
-	// the pod, its namespace and the node with it; "" when off.
+	// the pod, its namespace and the node with it; "" when not given.
 	Kubeconfig string
+	// AgentSocket is ipam.kubernetes.agentSocket: pod-aware allocation
+	// asks the node's ipkeeper-agent at this unix socket, falling back to
+	// Kubeconfig when the agent cannot be reached; "" when not given.
+	AgentSocket string
 }
+
+// PodAware reports whether ipam.kubernetes turns pod-aware allocation on
+// (a kubeconfig, an agent socket or both).
+func (c *IPAM) PodAware() bool { return c.Kubeconfig != "" || c.AgentSocket != "" }
 
 // NeedsPodCIDR reports whether a range uses the node's pod CIDR of the
 // family (4 or 6): the config must then be parsed again with ParseForNode.

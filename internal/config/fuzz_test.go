@@ -25,6 +25,8 @@ func fuzzSeeds() [][]byte {
 			"datastore": "etcd", "etcd_host": "e1:2379,e2:2379", "network_name": "n"}`),
 		conf(`{"type": "ipkeeper", "ranges": [[{"subnet": "10.0.0.0/31"}]]}`),
 		conf(`{"type": "ipkeeper", "kubernetes": {"kubeconfig": "/k"}, "ranges": [[{"subnet": "usePodCidr"}], [{"subnet": "usePodCidrIPv6"}]]}`),
+		conf(`{"type": "ipkeeper", "kubernetes": {"agentSocket": "/run/ipkeeper/agent.sock"}, "ranges": [[{"subnet": "usePodCidr"}]]}`),
+		conf(`{"type": "ipkeeper", "kubernetes": {"kubeconfig": "/k", "agentSocket": "/s"}, "subnet": "fd00::/64"}`),
 		[]byte(`{"name": "x", "ipam": {,}}`),
 	}
 	return seeds

@@ -109,6 +109,14 @@ func checkInvariants(t testing.TB, c *IPAM) {
 	if len(c.RangeSets) > MaxRangeSets || len(c.Routes) > MaxRoutes || len(c.Pools) > MaxPools {
 		fail("%d range sets, %d routes, %d pools", len(c.RangeSets), len(c.Routes), len(c.Pools))
 	}
+	for _, p := range []string{c.Kubeconfig, c.AgentSocket} {
+		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsRune(p, 0)) {
+			fail("ipam.kubernetes path %q not absolute and clean", p)
+		}
+	}
+	if len(c.AgentSocket) > MaxSocketPath {
+		fail("agent socket path of %d bytes", len(c.AgentSocket))
+	}
 	switch c.Syntax {
 	case SyntaxNative, SyntaxHostLocal, SyntaxWhereabouts:
 	default:
@@ -127,7 +135,7 @@ func checkInvariants(t testing.TB, c *IPAM) {
 		}
 		for _, r := range set {
 			if r.UsePodCIDR != 0 {
-				if c.Kubeconfig == "" || r.Subnet.IsValid() || (r.UsePodCIDR != 4 && r.UsePodCIDR != 6) {
+				if !c.PodAware() || r.Subnet.IsValid() || (r.UsePodCIDR != 4 && r.UsePodCIDR != 6) {
 					fail("usePodCidr placeholder %+v", r)
 				}
 				continue

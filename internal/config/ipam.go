@@ -111,7 +111,7 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 		return err
 	}
 	if present(ri.Kubernetes) {
-		if out.Kubeconfig, err = kubeconfig(ri.Kubernetes); err != nil {
+		if out.Kubeconfig, out.AgentSocket, err = kubernetes(ri.Kubernetes); err != nil {
 			return err
 		}
 	}
@@ -293,19 +293,41 @@ func blockSizes(ri *rawIPAM, out *IPAM, specs []*rangeSpec) error {
 	return nil
 }
 
-// kubeconfig decodes ipam.kubernetes: {"kubeconfig": "/absolute/path"}.
-func kubeconfig(raw json.RawMessage) (string, error) {
+// MaxSocketPath bounds ipam.kubernetes.agentSocket: a unix socket's path
+// must fit sun_path (108 bytes with the terminating NUL on Linux).
+const MaxSocketPath = 107
+
+// kubernetes decodes ipam.kubernetes: {"kubeconfig": "/absolute/path",
+// "agentSocket": "/absolute/path"}, at least one of the two.
+func kubernetes(raw json.RawMessage) (kubeconfig, socket string, err error) {
 	var rk struct {
-		Kubeconfig json.RawMessage `json:"kubeconfig"`
+		Kubeconfig  json.RawMessage `json:"kubeconfig"`
+		AgentSocket json.RawMessage `json:"agentSocket"`
 	}
 	if err := object(raw, "ipam.kubernetes", &rk); err != nil {
-		return "", err
+		return "", "", err
 	}
-	const key = "ipam.kubernetes.kubeconfig"
-	if !present(rk.Kubeconfig) {
-		return "", invalid(key, "is missing: pod-aware allocation reads the Kubernetes API with the kubeconfig it names")
+	const kcKey, sockKey = "ipam.kubernetes.kubeconfig", "ipam.kubernetes.agentSocket"
+	if !present(rk.Kubeconfig) && !present(rk.AgentSocket) {
+		return "", "", invalid(kcKey, "is missing: pod-aware allocation reads the Kubernetes API with the kubeconfig it names "+
+			"(or asks the node's ipkeeper-agent at %s)", sockKey)
 	}
-	p, err := str(rk.Kubeconfig, key)
+	if present(rk.Kubeconfig) {
+		if kubeconfig, err = absPath(rk.Kubeconfig, kcKey, MaxPathLength); err != nil {
+			return "", "", err
+		}
+	}
+	if present(rk.AgentSocket) {
+		if socket, err = absPath(rk.AgentSocket, sockKey, MaxSocketPath); err != nil {
+			return "", "", err
+		}
+	}
+	return kubeconfig, socket, nil
+}
+
+// absPath decodes an absolute path of at most limit bytes.
+func absPath(raw json.RawMessage, key string, limit int) (string, error) {
+	p, err := str(raw, key)
 	if err != nil {
 		return "", err
 	}
@@ -314,10 +336,12 @@ func kubeconfig(raw json.RawMessage) (string, error) {
 		return "", invalid(key, "is empty")
 	case strings.ContainsRune(p, 0):
 		return "", invalid(key, "%s contains a NUL byte", quote(p))
-	case len(p) > MaxPathLength:
-		return "", invalid(key, "is %d bytes long, more than the limit of %d", len(p), MaxPathLength)
 	case !filepath.IsAbs(p):
 		return "", invalid(key, "%s is not an absolute path", quote(p))
 	}
-	return filepath.Clean(p), nil
+	p = filepath.Clean(p)
+	if len(p) > limit {
+		return "", invalid(key, "is %d bytes long, more than the limit of %d", len(p), limit)
+	}
+	return p, nil
 }

@@ -100,8 +100,8 @@ func podCIDRRanges(specs []*rangeSpec, out *IPAM, env environment) error {
 			continue
 		}
 		word := map[int]string{4: "usePodCidr", 6: "usePodCidrIPv6"}[fam]
-		if out.Kubeconfig == "" {
-			return invalid(s.subnetKey, "%q needs ipam.kubernetes.kubeconfig: the subnet is the Node's spec.podCIDRs, read from the Kubernetes API", word)
+		if !out.PodAware() {
+			return invalid(s.subnetKey, "%q needs ipam.kubernetes.kubeconfig or ipam.kubernetes.agentSocket: the subnet is the Node's spec.podCIDRs, read from the Kubernetes API", word)
 		}
 		if env.podCIDRs == nil {
 			continue
