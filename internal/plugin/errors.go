@@ -62,10 +62,11 @@ func cniError(err error) *types.Error {
 		errors.Is(err, datastore.ErrUnsupported), errors.Is(err, datastore.ErrBadPath),
 		errors.Is(err, allocator.ErrPoolConflict), errors.Is(err, allocator.ErrPoolNotFound),
 		errors.Is(err, podinfo.ErrKubeconfig), errors.Is(err, podinfo.ErrDenied),
-		errors.Is(err, podinfo.ErrAnnotation), errors.Is(err, podinfo.ErrNodeNotFound),
+		errors.Is(err, podinfo.ErrAnnotation), errors.Is(err, podinfo.ErrNodeNotFound), errors.Is(err, podinfo.ErrWrongNode),
 		errors.Is(err, netpools.ErrWrongFamily), errors.Is(err, netpools.ErrPodCIDRUnknown):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	case errors.Is(err, podinfo.ErrUnavailable), errors.Is(err, podinfo.ErrPodNotFound):
+	case errors.Is(err, podinfo.ErrUnavailable), errors.Is(err, podinfo.ErrPodNotFound),
+		errors.Is(err, podinfo.ErrAgentUnreachable), errors.Is(err, podinfo.ErrAgentNotReady):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	case errors.Is(err, allocator.ErrExhausted):
 		return types.NewError(CodePoolExhausted, err.Error(), "")

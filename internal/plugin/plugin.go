@@ -152,7 +152,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 	}
 	var pa podAware
-	prepare := kubePrepare(args.StdinData, att, true, &pa)
+	prepare := p.kubePrepare(args.StdinData, att, true, &pa)
 	return p.withPreparedSession(args.StdinData, cniError, prepare, func(ctx context.Context, s *session) error {
 		sets, define, err := s.rangeSets(ctx)
 		if err != nil {
@@ -269,7 +269,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // with a free address for this node.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	var pa podAware
-	return p.withPreparedSession(args.StdinData, statusError, kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), status)
+	return p.withPreparedSession(args.StdinData, statusError, p.kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), status)
 }
 
 // statusError maps STATUS failures that mean "cannot serve ADD now" to the

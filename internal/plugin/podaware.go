@@ -27,30 +27,33 @@ type podAware struct {
 
 // kubePrepare returns the prepare step of a pod-aware call: with
 // ipam.kubernetes set it reads the pod and its namespace (when the
-// runtime named a pod) and the node, concurrently, into pa, and parses
-// a usePodCidr config again for the node's pod CIDRs. withPod false skips
-// the pod (STATUS).
-func kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa *podAware) prepareFunc {
+// runtime named a pod) and the node into pa — from the node's
+// ipkeeper-agent when ipam.kubernetes.agentSocket is set, else (or when
+// the agent cannot be reached and a kubeconfig is given) from the API
+// server — and parses a usePodCidr config again for the node's pod
+// CIDRs. withPod false is STATUS: no pod, and the agent must be ready
+// unless a kubeconfig can stand in for it.
+func (p *Plugin) kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa *podAware) prepareFunc {
 	return func(ctx context.Context, conf *config.IPAM) (*config.IPAM, error) {
-		if conf.Kubeconfig == "" {
+		if !conf.PodAware() {
 			return conf, nil
 		}
-		needCIDR := conf.NeedsPodCIDR(4) || conf.NeedsPodCIDR(6)
-		if !withPod && !needCIDR {
-			return conf, nil
-		}
-		c, err := podinfo.NewFromKubeconfig(conf.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("ipam.kubernetes.kubeconfig: %w", err)
-		}
-		defer c.Close()
 		ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 		defer cancel()
-		pod := ""
-		if withPod && att.Namespace != "" {
-			pod = att.Pod
+		needCIDR := conf.NeedsPodCIDR(4) || conf.NeedsPodCIDR(6)
+		if !withPod {
+			if err := p.agentStatus(ctx, conf); err != nil {
+				return nil, err
+			}
+			if !needCIDR {
+				return conf, nil
+			}
 		}
-		info, err := c.Lookup(ctx, att.Namespace, pod, conf.NodeName)
+		pod, uid := "", ""
+		if withPod && att.Namespace != "" {
+			pod, uid = att.Pod, att.PodUID
+		}
+		info, err := p.lookup(ctx, conf, att.Namespace, pod, uid)
 		if errors.Is(err, podinfo.ErrNodeNotFound) {
 			return nil, fmt.Errorf("%w (the node name, from ipam.nodeName, $NODENAME, $KUBERNETES_NODE_NAME or the hostname, must be the Node's name)", err)
 		}
@@ -66,6 +69,50 @@ func kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa *podAware) p
 		}
 		return conf, nil
 	}
+}
+
+// lookup reads the pod (when pod is not empty), its namespace and the
+// node: from the agent when one is configured and answers, else directly
+// from the API server with the kubeconfig.
+func (p *Plugin) lookup(ctx context.Context, conf *config.IPAM, namespace, pod, uid string) (*podinfo.Info, error) {
+	if conf.AgentSocket != "" {
+		c := podinfo.NewAgentClient(conf.AgentSocket)
+		info, err := c.Lookup(ctx, namespace, pod, uid, conf.NodeName)
+		c.Close()
+		if !errors.Is(err, podinfo.ErrAgentUnreachable) {
+			return info, err
+		}
+		if conf.Kubeconfig == "" {
+			return nil, fmt.Errorf("ipam.kubernetes.agentSocket: %w (no ipam.kubernetes.kubeconfig to read the API server directly)", err)
+		}
+		p.Log.Warn("ipkeeper agent unreachable, reading the API server directly", "socket", conf.AgentSocket, "kubeconfig", conf.Kubeconfig, "err", err)
+	}
+	c, err := podinfo.NewFromKubeconfig(conf.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("ipam.kubernetes.kubeconfig: %w", err)
+	}
+	defer c.Close()
+	return c.Lookup(ctx, namespace, pod, conf.NodeName)
+}
+
+// agentStatus is STATUS's check of the agent: nil when none is
+// configured, when it is ready, or when it is not but a kubeconfig lets
+// ADD read the API server directly.
+func (p *Plugin) agentStatus(ctx context.Context, conf *config.IPAM) error {
+	if conf.AgentSocket == "" {
+		return nil
+	}
+	c := podinfo.NewAgentClient(conf.AgentSocket)
+	defer c.Close()
+	err := c.Ready(ctx)
+	if err == nil {
+		return nil
+	}
+	if conf.Kubeconfig == "" {
+		return fmt.Errorf("ipam.kubernetes.agentSocket: %w (no ipam.kubernetes.kubeconfig to read the API server directly)", err)
+	}
+	p.Log.Warn("ipkeeper agent not ready; ADD would read the API server directly", "socket", conf.AgentSocket, "kubeconfig", conf.Kubeconfig, "err", err)
+	return nil
 }
 
 // labels are the node labels pool node selectors are matched against: the

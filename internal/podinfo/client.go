@@ -111,15 +111,22 @@ func (c *Client) Node(ctx context.Context, name string) (*Node, error) {
 	if err := c.get(ctx, "/api/v1/nodes/"+url.PathEscape(name), "application/json", &o, what, ErrNodeNotFound); err != nil {
 		return nil, err
 	}
-	n := &Node{Object: o.Metadata.object()}
-	cidrs := o.Spec.PodCIDRs
-	if len(cidrs) == 0 && o.Spec.PodCIDR != "" {
-		cidrs = []string{o.Spec.PodCIDR}
+	return NewNode(o.Metadata.object(), o.Spec.PodCIDR, o.Spec.PodCIDRs)
+}
+
+// NewNode returns the Node of a node's metadata and its spec.podCIDR and
+// spec.podCIDRs: the latter, or the former on old servers, masked. A
+// value that is not a CIDR wraps ErrUnavailable and names the node.
+func NewNode(meta Object, podCIDR string, podCIDRs []string) (*Node, error) {
+	n := &Node{Object: meta}
+	cidrs := podCIDRs
+	if len(cidrs) == 0 && podCIDR != "" {
+		cidrs = []string{podCIDR}
 	}
 	for _, s := range cidrs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: spec.podCIDRs holds %q, not a CIDR", ErrUnavailable, what, s)
+			return nil, fmt.Errorf("%w: node %s: spec.podCIDRs holds %q, not a CIDR", ErrUnavailable, meta.Name, s)
 		}
 		n.PodCIDRs = append(n.PodCIDRs, p.Masked())
 	}

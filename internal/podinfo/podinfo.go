@@ -33,17 +33,21 @@ var (
 	ErrAnnotation = errors.New("invalid annotation")
 )
 
-// Object is the metadata of a Kubernetes object.
+// Object is the metadata of a Kubernetes object. The JSON form is what
+// ipkeeper-agent answers (see AgentClient).
 type Object struct {
-	Namespace, Name, UID string
-	Labels, Annotations  map[string]string
+	Namespace   string            `json:"namespace,omitempty"`
+	Name        string            `json:"name"`
+	UID         string            `json:"uid"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Node is a Node's metadata and pod CIDRs.
 type Node struct {
 	Object
 	// PodCIDRs is spec.podCIDRs (or spec.podCIDR on old servers), masked.
-	PodCIDRs []netip.Prefix
+	PodCIDRs []netip.Prefix `json:"podCIDRs,omitempty"`
 }
 
 // PodCIDR returns the node's pod CIDR of the family (4 or 6).
@@ -59,7 +63,7 @@ func (n *Node) PodCIDR(family int) (netip.Prefix, bool) {
 // Info is what one lookup found. Pod and Namespace are nil when no pod was
 // named.
 type Info struct {
-	Pod       *Object
-	Namespace *Object
-	Node      *Node
+	Pod       *Object `json:"pod,omitempty"`
+	Namespace *Object `json:"namespace,omitempty"`
+	Node      *Node   `json:"node"`
 }

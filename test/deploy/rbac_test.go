@@ -34,14 +34,14 @@ var grants = []struct {
 	rows      []string
 }{
 	{"ipkeeper-node", "kube-system", []string{
-		"namespaces [] [get]",
-		"nodes [] [get]",
-		"pods [] [get]",
+		"namespaces [] [get list watch]",
+		"nodes [] [get list watch]",
+		"pods [] [get list watch]",
 	}},
 	{"ipkeeper-node", "default", []string{
-		"namespaces [] [get]",
-		"nodes [] [get]",
-		"pods [] [get]",
+		"namespaces [] [get list watch]",
+		"nodes [] [get list watch]",
+		"pods [] [get list watch]",
 	}},
 	{"ipkeeper-controller", "kube-system", []string{
 		"leases.coordination.k8s.io [] [create]",
@@ -201,9 +201,11 @@ func makePod(t *testing.T, s *kubetest.Server, ns string) *corev1.Pod {
 	return p
 }
 
-// checkNodeAccess checks what the plugin does with its kubeconfig: GET the
-// pod, its namespace and its node — and that it can do nothing else with
-// them (no delete, list, update).
+// checkNodeAccess checks what the plugin does with its kubeconfig (GET the
+// pod, its namespace and its node) and what ipkeeper-agent's informers do
+// (LIST the node's pods by spec.nodeName, the namespaces, the node by
+// metadata.name) — and that it can do nothing else with them (no delete,
+// update, no secrets).
 func checkNodeAccess(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -221,11 +223,20 @@ func checkNodeAccess(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 	if _, err := cs.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{}); err != nil {
 		t.Fatalf("GET node as ipkeeper-node: %v", err)
 	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + pod.Spec.NodeName})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("LIST pods of node %s as ipkeeper-node (the agent's informer): %v", pod.Spec.NodeName, err)
+	}
+	if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("LIST namespaces as ipkeeper-node: %v", err)
+	}
+	if _, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Spec.NodeName}); err != nil {
+		t.Fatalf("LIST node %s as ipkeeper-node: %v", pod.Spec.NodeName, err)
+	}
 	refused := map[string]error{}
 	refused["delete pod"] = cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
-	_, refused["list pods"] = cs.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{})
 	_, refused["patch pod"] = cs.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
-	_, refused["list nodes"] = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	_, refused["patch node"] = cs.CoreV1().Nodes().Patch(ctx, pod.Spec.NodeName, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
 	_, refused["get secret"] = cs.CoreV1().Secrets("kube-system").Get(ctx, "anything", metav1.GetOptions{})
 	for what, err := range refused {
 		if !apierrors.IsForbidden(err) {

@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/ipkeeper/ipkeeper/internal/podinfo"
+)
+
+// DefaultSocket is where the agent listens unless told otherwise, and what
+// the shipped config list names as ipam.kubernetes.agentSocket.
+const DefaultSocket = "/run/ipkeeper/agent.sock"
+
+// envPrefix prefixes the environment variable of every flag.
+const envPrefix = "IPKEEPER_AGENT_"
+
+// Options are the agent's settings.
+type Options struct {
+	// Kubeconfig is the kubeconfig file; "" uses the in-cluster
+	// configuration.
+	Kubeconfig string
+	// NodeName is the node served.
+	NodeName string
+	// Socket is the unix socket to listen on.
+	Socket string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// Probe asks a running agent at Socket whether it is ready and exits.
+	Probe bool
+}
+
+// ParseFlags reads the agent's flags from args, each of which may also be
+// given as the environment variable IPKEEPER_AGENT_<FLAG> (upper case,
+// "-" as "_"); the node name defaults to $NODE_NAME, then
+// $KUBERNETES_NODE_NAME, then the hostname.
+func ParseFlags(args []string, stderr io.Writer, getenv func(string) string) (Options, error) {
+	var o Options
+	fs := pflag.NewFlagSet("ipkeeper-agent", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster configuration)")
+	fs.StringVar(&o.NodeName, "node-name", "", "the node served (default $NODE_NAME, $KUBERNETES_NODE_NAME, else the hostname)")
+	fs.StringVar(&o.Socket, "socket", DefaultSocket, "unix socket to serve the plugin on (mode 0600; its directory is created 0700)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.Probe, "probe", false, "ask the agent at --socket whether it is ready, exit 0 if so and 1 if not (for an exec readiness probe)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "ipkeeper-agent answers the ipkeeper plugin's pod-aware lookups (pod, namespace, node)\nfrom informer caches over a unix socket.\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	var envErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return o, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, v := range []string{"NODE_NAME", "KUBERNETES_NODE_NAME"} {
+		if o.NodeName == "" {
+			o.NodeName = getenv(v)
+		}
+	}
+	if o.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return o, fmt.Errorf("--node-name is unset and so are $NODE_NAME and $KUBERNETES_NODE_NAME; hostname: %w", err)
+		}
+		o.NodeName = h
+	}
+	if o.Socket == "" {
+		return o, errors.New("--socket is empty")
+	}
+	return o, nil
+}
+
+// Main runs ipkeeper-agent with args and returns its exit code.
+func Main(args []string, stderr io.Writer, getenv func(string) string) int {
+	o, err := ParseFlags(args, stderr, getenv)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ipkeeper-agent:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.Probe {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		c := podinfo.NewAgentClient(o.Socket)
+		defer c.Close()
+		if err := c.Ready(ctx); err != nil {
+			fmt.Fprintln(stderr, "ipkeeper-agent:", err)
+			return 1
+		}
+		return 0
+	}
+	if err := Run(ctx, o, stderr); err != nil {
+		fmt.Fprintln(stderr, "ipkeeper-agent:", err)
+		return 1
+	}
+	return 0
+}
+
+// Run serves the node's lookups on o.Socket until ctx ends.
+func Run(ctx context.Context, o Options, stderr io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", o.NodeName)
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "ipkeeper-agent"
+	// Misses read the API server: allow a node's burst of pod starts.
+	cfg.QPS, cfg.Burst = 20, 50
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	l, err := Listen(o.Socket)
+	if err != nil {
+		return err
+	}
+	a := New(client, o.NodeName, log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.Start(ctx)
+	defer a.Shutdown()
+	go func() {
+		start := time.Now()
+		for !a.Ready() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		log.Info("caches synced", "socket", o.Socket, "duration", time.Since(start))
+	}()
+	log.Info("serving", "socket", o.Socket, "server", cfg.Host)
+	err = a.Serve(ctx, l)
+	log.Info("stopped", "socket", o.Socket, "err", err)
+	return err
+}
+
+// restConfig is the kubeconfig's client configuration, or the in-cluster
+// one when path is "".
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (or give --kubeconfig): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,200 @@
+package podinfo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// The ipkeeper-agent protocol: HTTP/1.1 over a unix socket.
+//
+//	GET /v1/lookup?namespace=N&pod=P&uid=U&node=X
+//
+// answers 200 with an Info (pod and namespace only when pod is set), or an
+// error status with an AgentError. GET /readyz answers 200 once the
+// agent's caches are synced, 503 before.
+const (
+	// AgentLookupPath is the agent's lookup endpoint.
+	AgentLookupPath = "/v1/lookup"
+	// AgentReadyPath is the agent's readiness endpoint.
+	AgentReadyPath = "/readyz"
+)
+
+// Errors of the agent path.
+var (
+	// ErrAgentUnreachable: nothing answered at the agent socket (no
+	// socket, refused, timed out, or not a socket ipkeeper trusts).
+	ErrAgentUnreachable = errors.New("the ipkeeper agent cannot be reached")
+	// ErrAgentNotReady: the agent answers but its caches are not synced.
+	ErrAgentNotReady = errors.New("the ipkeeper agent is not ready")
+	// ErrWrongNode: the agent serves another node than the one asked
+	// about (the plugin's node name and the agent's differ).
+	ErrWrongNode = errors.New("the ipkeeper agent serves another node")
+)
+
+// Reasons of an AgentError, one per sentinel error the agent may answer.
+const (
+	ReasonPodNotFound  = "PodNotFound"
+	ReasonNodeNotFound = "NodeNotFound"
+	ReasonDenied       = "Denied"
+	ReasonUnavailable  = "Unavailable"
+	ReasonWrongNode    = "WrongNode"
+	ReasonBadRequest   = "BadRequest"
+)
+
+// AgentError is the body of an agent's error answer.
+type AgentError struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// reasons maps reasons to sentinels and HTTP statuses.
+var reasons = []struct {
+	reason string
+	err    error
+	status int
+}{
+	{ReasonPodNotFound, ErrPodNotFound, http.StatusNotFound},
+	{ReasonNodeNotFound, ErrNodeNotFound, http.StatusNotFound},
+	{ReasonDenied, ErrDenied, http.StatusForbidden},
+	{ReasonWrongNode, ErrWrongNode, http.StatusMisdirectedRequest},
+	{ReasonUnavailable, ErrUnavailable, http.StatusServiceUnavailable},
+}
+
+// AgentErrorOf returns the answer for err and its HTTP status; errors of
+// no known sentinel are Unavailable (the client may try again).
+func AgentErrorOf(err error) (AgentError, int) {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return AgentError{Reason: r.reason, Message: err.Error()}, r.status
+		}
+	}
+	return AgentError{Reason: ReasonUnavailable, Message: err.Error()}, http.StatusServiceUnavailable
+}
+
+// Err is the error an answer stands for, wrapping its sentinel. The
+// message is the agent's, which names the object.
+func (e AgentError) Err(socket string) error {
+	for _, r := range reasons {
+		if e.Reason == r.reason {
+			return fmt.Errorf("%w (ipkeeper agent at %s): %s", r.err, socket, e.Message)
+		}
+	}
+	return fmt.Errorf("%w: ipkeeper agent at %s answered %s: %s", ErrUnavailable, socket, e.Reason, e.Message)
+}
+
+// Timeouts of the agent client: connecting is local and immediate when
+// the agent runs, so a dial that takes longer means it does not; an
+// answer may wait for the agent's own GET of the API (AgentAPITimeout).
+const (
+	agentDialTimeout = time.Second
+	// AgentAPITimeout bounds the agent's live GETs of one lookup.
+	AgentAPITimeout = 5 * time.Second
+	agentTimeout    = AgentAPITimeout + 2*time.Second
+)
+
+// AgentClient asks a node's ipkeeper-agent over its unix socket.
+type AgentClient struct {
+	socket string
+	http   *http.Client
+}
+
+// NewAgentClient returns a client of the agent listening at socket.
+func NewAgentClient(socket string) *AgentClient {
+	d := &net.Dialer{Timeout: agentDialTimeout}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableCompression: true,
+		MaxIdleConns:       1,
+	}
+	return &AgentClient{socket: socket, http: &http.Client{Transport: tr, Timeout: agentTimeout}}
+}
+
+// Close releases idle connections.
+func (a *AgentClient) Close() { a.http.CloseIdleConnections() }
+
+// Socket is the agent socket's path.
+func (a *AgentClient) Socket() string { return a.socket }
+
+// Lookup asks the agent for the pod namespace/pod (with UID uid when not
+// empty; "" pod asks for none), its namespace and the node, as
+// Client.Lookup reads them. An agent that cannot be reached is
+// ErrAgentUnreachable; its refusals wrap the sentinel of their reason.
+func (a *AgentClient) Lookup(ctx context.Context, namespace, pod, uid, node string) (*Info, error) {
+	q := url.Values{"node": {node}}
+	if pod != "" {
+		q.Set("namespace", namespace)
+		q.Set("pod", pod)
+		if uid != "" {
+			q.Set("uid", uid)
+		}
+	}
+	var info Info
+	if err := a.get(ctx, AgentLookupPath+"?"+q.Encode(), &info); err != nil {
+		return nil, err
+	}
+	if info.Node == nil || pod != "" && (info.Pod == nil || info.Namespace == nil) {
+		return nil, fmt.Errorf("%w: ipkeeper agent at %s: incomplete answer", ErrUnavailable, a.socket)
+	}
+	return &info, nil
+}
+
+// Ready returns nil when the agent answers and its caches are synced,
+// ErrAgentUnreachable or ErrAgentNotReady otherwise.
+func (a *AgentClient) Ready(ctx context.Context) error {
+	err := a.get(ctx, AgentReadyPath, nil)
+	if err != nil && !errors.Is(err, ErrAgentUnreachable) {
+		return fmt.Errorf("%w: %w", ErrAgentNotReady, err)
+	}
+	return err
+}
+
+// get GETs path from the agent into dst (nil: the status alone counts).
+func (a *AgentClient) get(ctx context.Context, path string, dst any) error {
+	if err := checkSocket(a.socket); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ipkeeper-agent"+path, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return fmt.Errorf("%w: %s: reading the answer: %w", ErrAgentUnreachable, a.socket, err)
+	}
+	if len(body) > maxBody {
+		return fmt.Errorf("%w: ipkeeper agent at %s: the answer is larger than %d bytes", ErrUnavailable, a.socket, maxBody)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e AgentError
+		if json.Unmarshal(body, &e) != nil || e.Reason == "" {
+			e = AgentError{Reason: fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(body[:min(len(body), 200)]))}
+		}
+		return e.Err(a.socket)
+	}
+	if dst == nil {
+		return nil
+	}
+	if err := json.Unmarshal(body, dst); err != nil {
+		return fmt.Errorf("%w: ipkeeper agent at %s: undecodable answer: %w", ErrUnavailable, a.socket, err)
+	}
+	return nil
+}
