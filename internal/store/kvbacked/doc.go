@@ -1,0 +1,54 @@
+// Package kvbacked implements the typed datastore contract (package store,
+// docs/STORAGE.md) on any kv.Store. The local file (bbolt) and etcd both
+// offer multi-key compare-and-swap transactions, so they keep package kv as
+// their lower layer and share this one implementation of the contract;
+// only the Kubernetes backend implements store.Store directly.
+//
+// # Layout
+//
+// Every key is relative to the kv.Store (etcd adds its prefix). Keys and
+// values stay inside this package; callers see typed objects only.
+//
+//	pools/<pool>                       ipam.Pool JSON (store.MarshalPool), exactly
+//	                                   what the first layout wrote, so pool
+//	                                   definitions carry over unchanged
+//	claims/<pool>/<block>              store.ClaimSpec JSON
+//	nodeclaims/<node>/<pool>/<block>   the same JSON: the claim indexed by node
+//	nodes/<node>                       store.MarshalNode JSON (store.NodeSpec)
+//	lends/<borrower>/<lender>          empty: lender's object may lend to borrower
+//	meta/layout                        "2" once Migrate has converted a first-layout store
+//
+// <block> is the CIDR with its "/" replaced by "-" (10.0.0.64-26,
+// fd00::40-122), as the first layout named blocks. Pool and node names
+// never hold "/" (store.ValidName), so every prefix above names exactly
+// one pool, node or borrower. None of these prefixes is a prefix of the
+// first layout's blocks/, affinity/ or handles/ keys, which this package
+// never writes (Migrate reads them and, at its end, deletes them).
+//
+// A claim and its index key are put and deleted in one kv transaction,
+// so they exist together or not at all, and (kv.RevisionTxner: every key
+// of a transaction gets its version) have the same version:
+// ListClaims{Node} lists the index alone, ListClaims{Pool} the claims'
+// prefix.
+//
+// A node object's write puts lends/<b>/<node> for every borrower b of the
+// object, in the same transaction, and reads nothing: UpdateNode is one
+// kv transaction, the compare-and-swap of the node key at its version.
+// Entries of borrowers the object no longer lends to are therefore left
+// behind; ListNodes{LendsTo} filters what it lists by the objects' content
+// and deletes such a stale entry in a transaction guarded by the lender
+// object's version (a lender written meanwhile may lend again; its write
+// put the entry back).
+//
+// # Versions and errors
+//
+// A Version is the kv version (etcd's mod revision, the local file's
+// revision) of the object's key as a decimal string. Every write returns
+// it from kv.TxnRevision; only when the backend cannot tell (etcd after a
+// lost answer) is the key read back. A failed compare-and-swap is told
+// apart (not found, exists, changed) by a read of the key on the failure
+// path only. kv.ErrConflict becomes store.ErrConflict, store.ErrNotFound
+// or store.ErrExists, and kv.ErrUnavailable store.ErrUnavailable, each
+// wrapping the kv error too, so errors.Is works for either. Invalid and
+// oversized objects are refused before anything is sent.
+package kvbacked
