@@ -133,4 +133,3 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 		})
 	}
 }
-
