@@ -44,6 +44,7 @@ func Clone(n store.Node) store.Node {
 		h.IPs = slices.Clone(h.IPs)
 		c.Handles[i] = h
 	}
+	c.Loans = slices.Clone(n.Loans)
 	return c
 }
 

@@ -22,6 +22,13 @@ import (
 type NodeSpec struct {
 	Blocks  []BlockSpec  `json:"blocks"`
 	Handles []HandleSpec `json:"handles"`
+	Loans   []LoanSpec   `json:"loans,omitempty"`
+}
+
+// LoanSpec is the stored form of a loan.
+type LoanSpec struct {
+	Handle string `json:"handle"`
+	Lender string `json:"lender"`
 }
 
 // BlockSpec is the stored form of one block of a node object.
@@ -78,6 +85,9 @@ func EncodeNode(n Node) (NodeSpec, error) {
 			hs.IPs[j] = AddrSpec{Addr: ip.Addr, Pool: ip.Pool}
 		}
 		spec.Handles[i] = hs
+	}
+	for _, l := range n.Loans {
+		spec.Loans = append(spec.Loans, LoanSpec(l))
 	}
 	return spec, nil
 }
@@ -145,6 +155,9 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 			}
 		}
 		n.Handles[i] = h
+	}
+	for _, l := range spec.Loans {
+		n.Loans = append(n.Loans, Loan(l))
 	}
 	if err := n.Validate(); err != nil {
 		return Node{}, fmt.Errorf("%w: %w", ErrCorrupt, err)

@@ -101,6 +101,7 @@ func exampleNode(t testing.TB) store.Node {
 		}
 		n.Handles = append(n.Handles, *h)
 	}
+	n.Loans = []store.Loan{{Handle: "k8s.c4.eth0", Lender: "node-c"}}
 	return n
 }
 
@@ -125,7 +126,7 @@ func TestNodeRoundTrip(t *testing.T) {
 			t.Errorf("encoding holds %s: %s", absent, s)
 		}
 	}
-	for _, present := range []string{`"node":"node-b"`, `"attachment":["k8s-pod-network","c3","eth0"]`, `"free":"0,4-63"`, `"free":"0,3-63"`} {
+	for _, present := range []string{`"node":"node-b"`, `"attachment":["k8s-pod-network","c3","eth0"]`, `"free":"0,4-63"`, `"free":"0,3-63"`, `"loans":[{"handle":"k8s.c4.eth0","lender":"node-c"}]`} {
 		if !strings.Contains(s, present) {
 			t.Errorf("encoding lacks %s: %s", present, s)
 		}

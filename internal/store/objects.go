@@ -69,8 +69,22 @@ type Node struct {
 	// record in each object) and holds at least one. A record whose Node
 	// is not Name is a borrower's: the object lends to that node.
 	Handles []ipam.Handle
+	// Loans say where this node's handles hold addresses in other nodes'
+	// blocks (borrowed when the pool had no block left to claim, or a
+	// requested address in another node's block). An allocation writes
+	// the loan here before the record in the lender's object, and a
+	// release drops it after that record, so the node's own object always
+	// knows every object its handles are in: an ADD retry or a DEL reads
+	// another object only when a loan names it.
+	Loans []Loan
 	// Version is the stored state's version.
 	Version Version
+}
+
+// Loan names the lender holding an address of one of the node's handles.
+type Loan struct {
+	Handle string
+	Lender string
 }
 
 // NodeSelector chooses node objects to list; the zero selector lists all.
@@ -102,6 +116,17 @@ func (n Node) Block(ref BlockRef) (ipam.Block, bool) {
 	return ipam.Block{}, false
 }
 
+// LendersOf returns the lenders n's loans name for handle id.
+func (n Node) LendersOf(id string) []string {
+	var out []string
+	for _, l := range n.Loans {
+		if l.Handle == id {
+			out = append(out, l.Lender)
+		}
+	}
+	return out
+}
+
 // Handle returns the record of handle id, if n holds one.
 func (n Node) Handle(id string) (ipam.Handle, bool) {
 	for _, h := range n.Handles {
@@ -115,8 +140,9 @@ func (n Node) Handle(id string) (ipam.Handle, bool) {
 // Validate reports the first reason n cannot be stored, wrapping
 // ErrInvalid: an empty name, an invalid or repeated block, a block of
 // another node, a record without addresses or with an address outside
-// this object's blocks, two records of one handle, or blocks whose owners
-// disagree with the records.
+// this object's blocks, two records of one handle, blocks whose owners
+// disagree with the records, or a loan without handle, from the node
+// itself or given twice.
 func (n Node) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: node object %q: %s", ErrInvalid, n.Name, fmt.Sprintf(format, args...))
@@ -167,6 +193,21 @@ func (n Node) Validate() error {
 			}
 			own[ord] = h.ID
 		}
+	}
+	loans := make(map[Loan]bool, len(n.Loans))
+	for _, l := range n.Loans {
+		switch {
+		case l.Handle == "":
+			return bad("a loan without a handle")
+		case l.Lender == n.Name:
+			return bad("handle %q borrows from its own node", l.Handle)
+		case loans[l]:
+			return bad("handle %q borrows from %q twice", l.Handle, l.Lender)
+		}
+		if err := ValidName("lender", l.Lender); err != nil {
+			return bad("loan of %q: %v", l.Handle, err)
+		}
+		loans[l] = true
 	}
 	for _, b := range n.Blocks {
 		own := owners[BlockRef{b.Pool, b.CIDR}]

@@ -150,6 +150,9 @@ func normalize(n *store.Node) {
 	if len(n.Handles) == 0 {
 		n.Handles = nil
 	}
+	if len(n.Loans) == 0 {
+		n.Loans = nil
+	}
 	for i := range n.Blocks {
 		if len(n.Blocks[i].Owners) == 0 {
 			n.Blocks[i].Owners = nil

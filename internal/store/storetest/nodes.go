@@ -44,6 +44,8 @@ func testNodeRoundTrip(t *testing.T, s store.Store) {
 		}
 	}
 	n.Handles = append(n.Handles, b, imp, bare)
+	// Two of the node's handles hold addresses in other nodes' blocks.
+	n.Loans = []store.Loan{{Handle: imp.ID, Lender: "node-c"}, {Handle: "net1.elsewhere.eth0", Lender: strings.Repeat("l", store.MaxNameBytes)}}
 
 	created, err := s.CreateNode(ctx, n)
 	noErr(t, err, "CreateNode")
@@ -176,6 +178,10 @@ func testNodeInvalid(t *testing.T, s store.Store) {
 			n.Handles = append(n.Handles, handle("node-a", "empty"))
 		}},
 		{"same block twice", func(n *store.Node) { n.Blocks = append(n.Blocks, n.Blocks[0]) }},
+		{"loan from itself", func(n *store.Node) { n.Loans = []store.Loan{{Handle: "net1.x.eth0", Lender: "node-a"}} }},
+		{"loan twice", func(n *store.Node) {
+			n.Loans = []store.Loan{{Handle: "net1.x.eth0", Lender: "node-b"}, {Handle: "net1.x.eth0", Lender: "node-b"}}
+		}},
 	}
 	for _, c := range cases {
 		n := clone(good)
@@ -275,5 +281,6 @@ func clone(n store.Node) store.Node {
 		h.IPs = slices.Clone(h.IPs)
 		c.Handles[i] = h
 	}
+	c.Loans = slices.Clone(n.Loans)
 	return c
 }
