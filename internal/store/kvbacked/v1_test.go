@@ -26,7 +26,7 @@ var v1Pools = []ipam.Pool{
 }
 
 // newAllocator is today's allocator on s.
-func newAllocator(t *testing.T, s kv.Store) *allocator.Allocator {
+func newAllocator(t testing.TB, s kv.Store) *allocator.Allocator {
 	t.Helper()
 	return allocator.New(s, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
