@@ -2,6 +2,7 @@ package kvbacked_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -73,7 +74,15 @@ type counting struct {
 	ops               [][]kv.Op
 	// beforeTxn, when set, runs before a transaction is passed on.
 	beforeTxn func(conds []kv.Cond, ops []kv.Op)
+	// failTxn, when positive, makes that transaction (counted from 1)
+	// fail without reaching the store, as if the process died before it.
+	failTxn int
+	// limits, when set, replace the store's (smaller transactions).
+	limits *kv.Limits
 }
+
+// errCrash is the failure failTxn injects.
+var errCrash = errors.New("injected crash before this transaction")
 
 func (c *counting) Get(ctx context.Context, keys ...string) ([]kv.KeyValue, error) {
 	c.mu.Lock()
@@ -98,15 +107,23 @@ func (c *counting) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op
 	c.mu.Lock()
 	c.txns++
 	c.ops = append(c.ops, ops)
-	hook := c.beforeTxn
+	hook, crash := c.beforeTxn, c.failTxn > 0 && c.txns == c.failTxn
 	c.mu.Unlock()
+	if crash {
+		return 0, errCrash
+	}
 	if hook != nil {
 		hook(conds, ops)
 	}
 	return kv.TxnRevision(ctx, c.Store, conds, ops)
 }
 
-func (c *counting) Limits() kv.Limits { return kv.LimitsOf(c.Store) }
+func (c *counting) Limits() kv.Limits {
+	if c.limits != nil {
+		return *c.limits
+	}
+	return kv.LimitsOf(c.Store)
+}
 
 // reset zeroes the counts.
 func (c *counting) reset() {

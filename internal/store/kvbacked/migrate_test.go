@@ -1,0 +1,293 @@
+package kvbacked_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+)
+
+var (
+	migV4   = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.8.0.0/16"), BlockSize: 26, Gateway: netip.MustParseAddr("10.8.0.1")}
+	migV6   = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd08::/64"), BlockSize: 122}
+	migTiny = ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.9.0.0/28"), BlockSize: 28} // one block: others borrow
+	migWA   = ipam.Pool{Name: "wa", CIDR: netip.MustParsePrefix("10.10.0.0/24"), BlockSize: 28}
+)
+
+// v1State is what today's allocator reports about a store it wrote.
+type v1State struct {
+	handles []ipam.Handle
+	blocks  []ipam.Block
+}
+
+// writeFirstLayout fills s through today's allocator: single- and
+// dual-stack handles on three nodes, a borrowed address (single-stack and
+// one family of a dual-stack handle), a handle stored under its legacy
+// ID as earlier versions wrote it, and two blocks affine to no node as the
+// whereabouts importer writes them (one holding an address, one empty).
+func writeFirstLayout(t *testing.T, s kv.Store) v1State {
+	t.Helper()
+	ctx := context.Background()
+	a := newAllocator(t, s)
+	a.Now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+	for _, p := range []ipam.Pool{migV4, migV6, migTiny, migWA} {
+		if _, err := a.EnsurePool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alloc := func(node, container string, sets ...[]string) {
+		t.Helper()
+		h := benchHandle(node, container)
+		h.Network = "net"
+		h.ID = ipam.HandleID("net", container, "eth0")
+		if _, err := a.Allocate(ctx, allocator.Request{Handle: h, Sets: sets}); err != nil {
+			t.Fatalf("Allocate %s on %s: %v", container, node, err)
+		}
+	}
+	dual := [][]string{{"v4"}, {"v6"}}
+	for i := range 3 {
+		alloc("node-a", fmt.Sprintf("a%d", i), dual...)
+	}
+	alloc("node-a", "a4only", []string{"v4"})
+	alloc("node-a", "a6only", []string{"v6"})
+	alloc("node-b", "b0", dual...)
+	alloc("node-a", "atiny", []string{"tiny"})                 // node-a claims tiny's only block
+	alloc("node-b", "btiny", []string{"tiny"})                 // node-b borrows from it
+	alloc("node-c", "cdual", []string{"tiny"}, []string{"v6"}) // IPv4 borrowed, IPv6 own
+	alloc("node-a", "old.dot", []string{"v4"})
+	if _, err := a.Release(ctx, ipam.HandleID("net", "a1", "eth0")); err != nil { // free queues out of order
+		t.Fatal(err)
+	}
+
+	// Re-store "old.dot" under its legacy ID, as earlier versions did.
+	id := ipam.HandleID("net", "old.dot", "eth0")
+	legacy := ipam.LegacyHandleID("net", "old.dot", "eth0")
+	es, err := s.Get(ctx, allocator.HandleKey(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, _ := a.Handle(ctx, id)
+	_, blk, err := a.Block(ctx, h.IPs[0].Block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bkey := allocator.BlockKey(blk.Pool, blk.CIDR)
+	bes, _ := s.Get(ctx, bkey)
+	ord, _ := blk.Ordinal(h.IPs[0].Addr)
+	blk.Owners[ord] = legacy
+	h.ID = legacy
+	if err := s.Txn(ctx, []kv.Cond{{Key: es[0].Key, Version: es[0].Version}, {Key: bkey, Version: bes[0].Version}}, []kv.Op{
+		{Key: es[0].Key, Delete: true}, {Key: allocator.HandleKey(legacy), Value: allocator.Encode(h)}, {Key: bkey, Value: allocator.Encode(blk)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Blocks affine to no node, as the whereabouts importer writes them.
+	wa := ipam.NewBlock(migWA, migWA.BlockAt(0), "")
+	wa, addr, err := wa.Assign(migWA, "net.wa-pod.eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := ipam.Handle{ID: "net.wa-pod.eth0", Network: "net", ContainerID: "wa-pod", IfName: "eth0", Namespace: "default", Pod: "wa",
+		IPs: []ipam.HandleIP{{Addr: addr, Pool: migWA.Name, Block: wa.CIDR}}}
+	empty := ipam.NewBlock(migWA, migWA.BlockAt(1), "")
+	if err := s.Txn(ctx, nil, []kv.Op{{Key: allocator.BlockKey(wa.Pool, wa.CIDR), Value: allocator.Encode(wa)},
+		{Key: allocator.HandleKey(wh.ID), Value: allocator.Encode(wh)},
+		{Key: allocator.BlockKey(empty.Pool, empty.CIDR), Value: allocator.Encode(empty)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	var st v1State
+	if st.handles, err = a.Handles(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st.blocks, err = a.Blocks(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// checkMigrated fails unless the typed store holds every handle, address
+// and block of want, and no first-layout key is left.
+func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
+	t.Helper()
+	ctx := context.Background()
+	s := kvbacked.New(kvs)
+	nodes, err := s.ListNodes(ctx, store.NodeSelector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := map[string][]ipam.Handle{}
+	for _, n := range nodes {
+		for _, h := range n.Handles {
+			records[h.ID] = append(records[h.ID], h)
+		}
+	}
+	for _, h := range want.handles {
+		var ips []ipam.HandleIP
+		for _, r := range records[h.ID] {
+			ips = append(ips, r.IPs...)
+			r.IPs, h.IPs = nil, nil
+			node := h.Node
+			if node == "" {
+				node = kvbacked.UnaffineNode // whereabouts' handle of no node
+			}
+			hh := h
+			hh.Node = node
+			if r.Created.Equal(hh.Created) {
+				r.Created = hh.Created
+			}
+			if fmt.Sprint(r) != fmt.Sprint(hh) {
+				t.Errorf("handle %s: record %+v, want %+v", h.ID, r, hh)
+			}
+		}
+		delete(records, h.ID)
+		cmpIP := func(x, y ipam.HandleIP) int { return x.Addr.Compare(y.Addr) }
+		got, wantIPs := slices.SortedFunc(slices.Values(ips), cmpIP), slices.SortedFunc(slices.Values(want.handleIPs(h.ID)), cmpIP)
+		if !slices.Equal(got, wantIPs) {
+			t.Errorf("handle %s holds %v in the typed store, %v before", h.ID, got, wantIPs)
+		}
+	}
+	if len(records) > 0 {
+		t.Errorf("records of handles the first layout did not have: %v", slices.Sorted(maps.Keys(records)))
+	}
+	blocks := 0
+	for _, b := range want.blocks {
+		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
+		node := b.Node
+		if node == "" {
+			if b.InUse() == 0 {
+				if _, err := s.GetClaim(ctx, ref); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("empty block %s of no node: claim %v, want none", ref, err)
+				}
+				continue
+			}
+			node = kvbacked.UnaffineNode
+		}
+		blocks++
+		c, err := s.GetClaim(ctx, ref)
+		if err != nil || c.Node != node {
+			t.Errorf("claim of %s: %+v, %v; want node %s", ref, c, err, node)
+			continue
+		}
+		n, err := s.GetNode(ctx, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := n.Block(ref)
+		b.Node = node
+		if !ok || !slices.Equal(got.Free, b.Free) || !maps.Equal(got.Owners, b.Owners) || got.Node != b.Node {
+			t.Errorf("block %s in node object %s: %+v, want %+v", ref, node, got, b)
+		}
+	}
+	claims, err := s.ListClaims(ctx, store.ClaimSelector{})
+	if err != nil || len(claims) != blocks {
+		t.Errorf("%d claims (%v), want %d", len(claims), err, blocks)
+	}
+	lenders, err := s.ListNodes(ctx, store.NodeSelector{LendsTo: "node-b"})
+	if err != nil || len(lenders) != 1 || lenders[0].Name != "node-a" {
+		t.Errorf("lenders of node-b: %v, %v; want node-a", lenders, err)
+	}
+	for _, p := range []string{"blocks/", "affinity/", "handles/"} {
+		if left := raw(t, kvs, p); len(left) > 0 {
+			t.Errorf("first-layout keys left: %v", left)
+		}
+	}
+	if m := raw(t, kvs, "meta/layout"); len(m) != 1 {
+		t.Errorf("layout marker: %v", m)
+	}
+	if pools, err := s.ListPools(ctx); err != nil || len(pools) != 4 {
+		t.Errorf("pools after migration: %v, %v", pools, err)
+	}
+}
+
+// handleIPs returns the addresses the first layout gave handle id.
+func (st v1State) handleIPs(id string) []ipam.HandleIP {
+	for _, h := range st.handles {
+		if h.ID == id {
+			return h.IPs
+		}
+	}
+	return nil
+}
+
+// A store written by today's allocator migrates with every handle,
+// address and block the same through the typed store, and a second run
+// changes nothing.
+func TestMigrateFirstLayout(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			kvs := b.open(t)
+			defer kvs.Close()
+			want := writeFirstLayout(t, kvs)
+			if !slices.ContainsFunc(want.handles, func(h ipam.Handle) bool { return strings.HasPrefix(h.ID, "net.old.dot.") }) {
+				t.Fatal("no legacy handle in the first-layout store")
+			}
+			rep, err := kvbacked.Migrate(t.Context(), kvs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Done || rep.Nodes != 4 || len(rep.UnaffineBlocks) != 1 || len(rep.DroppedBlocks) != 1 || len(rep.Orphans)+len(rep.Strays) != 0 {
+				t.Errorf("report %+v", rep)
+			}
+			checkMigrated(t, kvs, want)
+			before := snapshot(t, kvs, "")
+			rep, err = kvbacked.Migrate(t.Context(), kvs)
+			if err != nil || !rep.Done || rep.Written+rep.Deleted != 0 {
+				t.Fatalf("second run: %+v, %v", rep, err)
+			}
+			if after := snapshot(t, kvs, ""); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
+				t.Fatal("a second run changed the store")
+			}
+		})
+	}
+}
+
+// A migration that dies before any one of its transactions (with
+// transactions kept small, so there are many) and is run again ends in the
+// same state as one that never died.
+func TestMigrateResumes(t *testing.T) {
+	small := kv.Limits{MaxOps: 4}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			txns := 0
+			for crash := 1; crash <= 60; crash++ { // bounded: ends when a run needs fewer transactions
+				cs := &counting{Store: b.open(t), limits: &small, failTxn: crash}
+				want := writeFirstLayout(t, cs.Store)
+				cs.reset()
+				_, err := kvbacked.Migrate(t.Context(), cs)
+				_, _, n := cs.counts()
+				if err == nil {
+					if crash == 1 {
+						t.Fatal("no transaction failed")
+					}
+					cs.Close()
+					break
+				}
+				if !errors.Is(err, errCrash) {
+					t.Fatalf("crash before txn %d: %v", crash, err)
+				}
+				txns = max(txns, n)
+				cs.failTxn = 0
+				if _, err := kvbacked.Migrate(t.Context(), cs); err != nil {
+					t.Fatalf("run after a crash before txn %d: %v", crash, err)
+				}
+				checkMigrated(t, cs.Store, want)
+				cs.Close()
+			}
+			if txns < 10 {
+				t.Fatalf("only %d crash points: transactions not bounded by the limits", txns)
+			}
+		})
+	}
+}
