@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Allocator allocates and releases addresses in a datastore.
@@ -66,25 +67,39 @@ func (a *Allocator) lockNode(node string) func() {
 // Store returns the datastore the allocator works on.
 func (a *Allocator) Store() kv.Store { return a.store }
 
-// retry runs attempt until it returns something other than a kv conflict,
+// retry runs attempt until it returns something other than a conflict,
 // waiting a jittered, growing backoff between attempts.
 func (a *Allocator) retry(ctx context.Context, op string, attempt func() error) error {
-	wait := a.BaseBackoff
+	return retryConflicts(ctx, a.log, retryPolicy{a.MaxAttempts, a.BaseBackoff, a.MaxBackoff}, op, attempt)
+}
+
+// retryPolicy bounds the attempts of one operation and the jittered wait
+// between them.
+type retryPolicy struct {
+	attempts        int
+	base, maxBackoff time.Duration
+}
+
+// retryConflicts runs attempt until it returns something other than a
+// conflict of either storage contract (kv or store), waiting a jittered,
+// growing backoff between attempts.
+func retryConflicts(ctx context.Context, log *slog.Logger, pol retryPolicy, op string, attempt func() error) error {
+	wait := pol.base
 	for i := 1; ; i++ {
 		err := attempt()
-		if !errors.Is(err, kv.ErrConflict) {
+		if !errors.Is(err, kv.ErrConflict) && !errors.Is(err, store.ErrConflict) {
 			return err
 		}
-		if i >= a.MaxAttempts {
+		if i >= pol.attempts {
 			return fmt.Errorf("%s: %w after %d attempts", op, ErrContended, i)
 		}
-		a.log.Debug("conflict, retrying", "op", op, "attempt", i)
+		log.Debug("conflict, retrying", "op", op, "attempt", i)
 		d := wait/2 + rand.N(wait/2+1)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w: %w", op, ErrContended, ctx.Err())
 		case <-time.After(d):
 		}
-		wait = min(wait*2, a.MaxBackoff)
+		wait = min(wait*2, pol.maxBackoff)
 	}
 }

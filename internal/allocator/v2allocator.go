@@ -1,0 +1,164 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// StoreAllocator allocates and releases addresses on the typed storage
+// contract (package store, docs/STORAGE.md): every allocation and release
+// touching only its node's blocks — dual-stack included — is one write of
+// the node's object. It takes the place of Allocator (which works on the
+// first, key-value layout) once every caller has moved over (issue 9).
+//
+// The allocator keeps the last state of every node object it read or
+// wrote: an allocation starts from it without a read and writes at its
+// version, so that in the common case an ADD is exactly one write; when
+// another writer changed the object meanwhile the write fails and the
+// allocation is redone from a fresh read. A result that says the handle
+// exists is never taken from that memory: it is read.
+type StoreAllocator struct {
+	store store.Store
+	log   *slog.Logger
+	// nodeLocks serializes this process's allocations per node, so that
+	// they build on each other's writes instead of conflicting.
+	nodeLocks sync.Map // node -> *sync.Mutex
+	// known holds the last state of node objects read or written.
+	known sync.Map // node -> store.Node
+	// MaxAttempts bounds the write attempts of one operation.
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff bound the jittered wait between attempts.
+	BaseBackoff, MaxBackoff time.Duration
+	// Now is the clock used for handle timestamps.
+	Now func() time.Time
+}
+
+// NewStoreAllocator returns an allocator over s. A nil logger discards logs.
+func NewStoreAllocator(s store.Store, log *slog.Logger) *StoreAllocator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &StoreAllocator{store: s, log: log, MaxAttempts: 100, BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond, Now: time.Now}
+}
+
+// Store returns the datastore the allocator works on.
+func (a *StoreAllocator) Store() store.Store { return a.store }
+
+func (a *StoreAllocator) retry(ctx context.Context, op string, attempt func() error) error {
+	return retryConflicts(ctx, a.log, retryPolicy{a.MaxAttempts, a.BaseBackoff, a.MaxBackoff}, op, attempt)
+}
+
+func (a *StoreAllocator) lockNode(node string) func() {
+	m, _ := a.nodeLocks.LoadOrStore(node, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// readNode reads a node object; an absent one is empty, at Version "".
+func (a *StoreAllocator) readNode(ctx context.Context, name string) (store.Node, error) {
+	n, err := a.store.GetNode(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		a.known.Delete(name)
+		return store.Node{Name: name}, nil
+	}
+	if err != nil {
+		return store.Node{}, storeErr(err)
+	}
+	a.known.Store(name, n)
+	return n, nil
+}
+
+// lastKnown returns the node object as this process last saw it.
+func (a *StoreAllocator) lastKnown(name string) (store.Node, bool) {
+	v, ok := a.known.Load(name)
+	if !ok {
+		return store.Node{}, false
+	}
+	return v.(store.Node), true
+}
+
+// writeNode creates (Version "") or updates a node object and remembers
+// what it wrote; on a conflict it forgets the object.
+func (a *StoreAllocator) writeNode(ctx context.Context, n store.Node) (store.Node, error) {
+	var out store.Node
+	var err error
+	switch {
+	case n.Version == "" && len(n.Blocks) == 0 && len(n.Handles) == 0 && len(n.Loans) == 0:
+		return n, nil // nothing to store
+	case n.Version == "":
+		out, err = a.store.CreateNode(ctx, n)
+		if errors.Is(err, store.ErrExists) {
+			err = fmt.Errorf("%w: %w", store.ErrConflict, err)
+		}
+	case len(n.Blocks) == 0 && len(n.Handles) == 0 && len(n.Loans) == 0:
+		err = a.store.DeleteNode(ctx, n)
+		out = store.Node{Name: n.Name}
+	default:
+		out, err = a.store.UpdateNode(ctx, n)
+		if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("%w: %w", store.ErrConflict, err)
+		}
+	}
+	if err != nil {
+		a.known.Delete(n.Name)
+		return store.Node{}, storeErr(err)
+	}
+	if out.Version == "" {
+		a.known.Delete(n.Name)
+	} else {
+		a.known.Store(n.Name, out)
+	}
+	return out, nil
+}
+
+// storeErr maps a stored object that cannot be used to ErrCorrupt, keeping
+// the store's own error in the chain.
+func storeErr(err error) error {
+	if errors.Is(err, store.ErrCorrupt) && !errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("%w: %w ('ipkeeperctl check' reports it)", ErrCorrupt, err)
+	}
+	return err
+}
+
+// handleOf assembles a handle from its record in the node's own object and
+// its records in the lenders' objects its loans name. It reports false
+// when the node holds neither a record nor a loan of id.
+func (a *StoreAllocator) handleOf(ctx context.Context, own store.Node, id string) (ipam.Handle, bool, error) {
+	h, ok := own.Handle(id)
+	lenders := own.LendersOf(id)
+	if !ok && len(lenders) == 0 {
+		return ipam.Handle{}, false, nil
+	}
+	for _, l := range lenders {
+		ln, err := a.store.GetNode(ctx, l)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return ipam.Handle{}, false, storeErr(err)
+		}
+		r, found := ln.Handle(id)
+		if !found || r.Node != own.Name {
+			continue
+		}
+		if !ok {
+			h, ok = r, true
+			continue
+		}
+		h.IPs = append(h.IPs, r.IPs...)
+	}
+	if !ok {
+		// Loans without records: what an ADD that stopped between its
+		// writes leaves.
+		return ipam.Handle{ID: id, Node: own.Name}, true, nil
+	}
+	return h, true, nil
+}

@@ -1,0 +1,187 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+)
+
+// storeBackends runs fn on a fresh store of every real backend.
+func storeBackends(t *testing.T, fn func(t *testing.T, s store.Store)) {
+	t.Run("local", func(t *testing.T) {
+		s, err := kvbacked.OpenLocal(t.Context(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		fn(t, s)
+	})
+	t.Run("etcd", func(t *testing.T) {
+		srv := sharedEtcd(t)
+		s, err := kvbacked.OpenEtcd(t.Context(), etcd.Config{
+			Endpoints: []string{srv.Endpoint},
+			Prefix:    fmt.Sprintf("/v2alloc%d-%s", etcdPrefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "_")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		fn(t, s)
+	})
+}
+
+var (
+	etcdOnce     sync.Once
+	etcdServer   *etcdtest.Server
+	etcdErr      error
+	etcdPrefixes atomic.Int64
+)
+
+// sharedEtcd is one embedded etcd for this package's store tests, each
+// under a prefix of its own; it lives as long as the test binary.
+func sharedEtcd(t *testing.T) *etcdtest.Server {
+	etcdOnce.Do(func() { etcdServer, etcdErr = etcdtest.Start("", nil) })
+	if etcdErr != nil {
+		t.Fatal(etcdErr)
+	}
+	return etcdServer
+}
+
+var (
+	v4Pool = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.9.0.0/24"), BlockSize: 28, Gateway: netip.MustParseAddr("10.9.0.1")}
+	v6Pool = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd00:9::/120"), BlockSize: 124}
+)
+
+func newStoreAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocator.StoreAllocator {
+	t.Helper()
+	a := allocator.NewStoreAllocator(s, nil)
+	for _, p := range pools {
+		if _, err := a.EnsurePool(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+func storeReq(node, container string, pools ...string) allocator.Request {
+	r := allocator.Request{Handle: ipam.Handle{
+		ID: ipam.HandleID("net", container, "eth0"), Network: "net", ContainerID: container, IfName: "eth0",
+		Node: node, Namespace: "default", Pod: "pod-" + container, PodUID: "uid-" + container,
+	}}
+	for _, p := range pools {
+		r.Sets = append(r.Sets, []string{p})
+	}
+	return r
+}
+
+// counted wraps a real store and counts reads and writes.
+type counted struct {
+	store.Store
+	reads, writes atomic.Int64
+	// failWrite, when set, fails the writes it returns true for.
+	failWrite func(kind string, n store.Node) error
+}
+
+func (c *counted) GetNode(ctx context.Context, name string) (store.Node, error) {
+	c.reads.Add(1)
+	return c.Store.GetNode(ctx, name)
+}
+
+func (c *counted) GetPool(ctx context.Context, name string) (store.Pool, error) {
+	c.reads.Add(1)
+	return c.Store.GetPool(ctx, name)
+}
+
+func (c *counted) GetClaim(ctx context.Context, ref store.BlockRef) (store.Claim, error) {
+	c.reads.Add(1)
+	return c.Store.GetClaim(ctx, ref)
+}
+
+func (c *counted) ListClaims(ctx context.Context, sel store.ClaimSelector) ([]store.Claim, error) {
+	c.reads.Add(1)
+	return c.Store.ListClaims(ctx, sel)
+}
+
+func (c *counted) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.Node, error) {
+	c.reads.Add(1)
+	return c.Store.ListNodes(ctx, sel)
+}
+
+func (c *counted) write(kind string, n store.Node) error {
+	c.writes.Add(1)
+	if c.failWrite != nil {
+		return c.failWrite(kind, n)
+	}
+	return nil
+}
+
+func (c *counted) CreateNode(ctx context.Context, n store.Node) (store.Node, error) {
+	if err := c.write("create", n); err != nil {
+		return store.Node{}, err
+	}
+	return c.Store.CreateNode(ctx, n)
+}
+
+func (c *counted) UpdateNode(ctx context.Context, n store.Node) (store.Node, error) {
+	if err := c.write("update", n); err != nil {
+		return store.Node{}, err
+	}
+	return c.Store.UpdateNode(ctx, n)
+}
+
+func (c *counted) CreateClaim(ctx context.Context, cl store.Claim) (store.Claim, error) {
+	c.writes.Add(1)
+	return c.Store.CreateClaim(ctx, cl)
+}
+
+// holders returns every address held in the store and its handle,
+// failing the test on an address held twice or a loan without record.
+func holders(t *testing.T, s store.Store) map[netip.Addr]string {
+	t.Helper()
+	nodes, err := s.ListNodes(t.Context(), store.NodeSelector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[netip.Addr]string{}
+	for _, n := range nodes {
+		for _, h := range n.Handles {
+			for _, ip := range h.IPs {
+				if other, dup := out[ip.Addr]; dup {
+					t.Fatalf("%s held by %s and %s", ip.Addr, other, h.ID)
+				}
+				out[ip.Addr] = h.ID
+			}
+		}
+	}
+	return out
+}
+
+// loans returns every loan in the store as "node:handle->lender".
+func loans(t *testing.T, s store.Store) []string {
+	t.Helper()
+	nodes, err := s.ListNodes(t.Context(), store.NodeSelector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range nodes {
+		for _, l := range n.Loans {
+			out = append(out, n.Name+":"+l.Handle+"->"+l.Lender)
+		}
+	}
+	return out
+}
+
+var errInjected = errors.New("injected write failure")

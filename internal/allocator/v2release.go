@@ -1,0 +1,85 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// Release frees every address of handle id of node and drops its records
+// and loans. Releasing a handle that does not exist is not an error: it
+// returns no addresses. In the common case (no loan) it is one write of
+// the node's object; each lender's object a loan names is written first,
+// and the loan dropped last, so that a release that stops half way still
+// names what is left.
+func (a *StoreAllocator) Release(ctx context.Context, node, id string) ([]netip.Addr, error) {
+	if store.ValidName("node", node) != nil {
+		return nil, nil // no object can hold it
+	}
+	defer a.lockNode(node)()
+	var freed []netip.Addr
+	err := a.retry(ctx, "release "+id, func() error {
+		var err error
+		freed, err = a.release(ctx, node, id)
+		return err
+	})
+	return freed, err
+}
+
+func (a *StoreAllocator) release(ctx context.Context, node, id string) ([]netip.Addr, error) {
+	own, err := a.readNode(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	var freed []netip.Addr
+	for _, l := range own.LendersOf(id) {
+		ln, err := a.store.GetNode(ctx, l)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, storeErr(err)
+		}
+		if r, ok := ln.Handle(id); !ok || r.Node != node {
+			continue
+		}
+		ln, ips := nodealloc.Release(ln, id)
+		if _, err := a.writeNode(ctx, ln); err != nil {
+			return nil, err
+		}
+		freed = append(freed, addrs(ips)...)
+	}
+	next, ips := nodealloc.Release(own, id)
+	had := len(next.Loans)
+	next.Loans = slices.DeleteFunc(slices.Clone(next.Loans), func(l store.Loan) bool { return l.Handle == id })
+	if len(ips) == 0 && len(next.Loans) == had {
+		return freed, nil
+	}
+	if _, err := a.writeNode(ctx, next); err != nil {
+		return nil, err
+	}
+	return append(addrs(ips), freed...), nil
+}
+
+func addrs(ips []ipam.HandleIP) []netip.Addr {
+	out := make([]netip.Addr, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.Addr
+	}
+	return out
+}
+
+// Handle returns handle id of node, assembled from the node's object and
+// the lenders' objects its loans name.
+func (a *StoreAllocator) Handle(ctx context.Context, node, id string) (ipam.Handle, bool, error) {
+	own, err := a.readNode(ctx, node)
+	if err != nil {
+		return ipam.Handle{}, false, err
+	}
+	return a.handleOf(ctx, own, id)
+}
