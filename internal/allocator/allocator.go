@@ -76,7 +76,7 @@ func (a *Allocator) retry(ctx context.Context, op string, attempt func() error) 
 // retryPolicy bounds the attempts of one operation and the jittered wait
 // between them.
 type retryPolicy struct {
-	attempts        int
+	attempts         int
 	base, maxBackoff time.Duration
 }
 
