@@ -28,10 +28,15 @@ import (
 // deploy/ must show here too.
 var shipped = []string{
 	"ClusterRole ipkeeper-controller",
+	"ClusterRole ipkeeper-datastore",
 	"ClusterRole ipkeeper-node",
 	"ClusterRoleBinding ipkeeper-controller",
+	"ClusterRoleBinding ipkeeper-datastore",
 	"ClusterRoleBinding ipkeeper-node",
 	"ConfigMap kube-system/ipkeeper-config",
+	"CustomResourceDefinition ipamblocks.ipkeeper.io",
+	"CustomResourceDefinition ipamnodes.ipkeeper.io",
+	"CustomResourceDefinition ipampools.ipkeeper.io",
 	"DaemonSet kube-system/ipkeeper-node",
 	"Deployment kube-system/ipkeeper-controller",
 	"PodDisruptionBudget kube-system/ipkeeper-controller",

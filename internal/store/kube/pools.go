@@ -1,0 +1,127 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// poolSpec validates p and returns its spec (store.MarshalPool) after the
+// size check; nothing is sent when it fails.
+func poolSpec(p store.Pool) ([]byte, error) {
+	spec, err := store.MarshalPool(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := (store.Limits{MaxObjectBytes: MaxObjectBytes}).Fits("pool "+p.Spec.Name, len(spec)); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// decodePool checks a pool object against the name it was read by (the
+// spec's, for lists) and decodes it.
+func (s *Store) decodePool(o *object, name string) (store.Pool, error) {
+	if want := s.names.object(name); o.Metadata.Name != want {
+		return store.Pool{}, fmt.Errorf("%w: %s holds pool %q, whose object name is %q", store.ErrCorrupt, what(kindPool, o.Metadata.Name), name, want)
+	}
+	p, err := store.UnmarshalPool(name, o.Spec)
+	if err != nil {
+		return store.Pool{}, fmt.Errorf("%s: %w", what(kindPool, o.Metadata.Name), err)
+	}
+	p.Version = store.Version(o.Metadata.ResourceVersion)
+	return p, nil
+}
+
+// GetPool GETs the pool's IPAMPool.
+func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
+	if err := store.ValidName("pool", name); err != nil {
+		return store.Pool{}, err
+	}
+	o, err := s.get(ctx, kindPool, s.names.object(name))
+	if err != nil {
+		return store.Pool{}, err
+	}
+	return s.decodePool(o, name)
+}
+
+// ListPools LISTs the partition's IPAMPools, sorted by name.
+func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) {
+	objs, err := s.list(ctx, kindPool, s.selector())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Pool, 0, len(objs))
+	for i := range objs {
+		var named struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(objs[i].Spec, &named); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, what(kindPool, objs[i].Metadata.Name), err)
+		}
+		p, err := s.decodePool(&objs[i], named.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b store.Pool) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
+	return out, nil
+}
+
+// CreatePool POSTs a new IPAMPool.
+func (s *Store) CreatePool(ctx context.Context, p store.Pool) (store.Pool, error) {
+	spec, err := poolSpec(p)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	name := s.names.object(p.Spec.Name)
+	body, err := s.newObject(kindPool, name, nil, spec, "")
+	if err != nil {
+		return store.Pool{}, err
+	}
+	v, err := s.create(ctx, kindPool, name, body)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	p.Version = v
+	return p, nil
+}
+
+// UpdatePool PUTs the IPAMPool at p.Version.
+func (s *Store) UpdatePool(ctx context.Context, p store.Pool) (store.Pool, error) {
+	spec, err := poolSpec(p)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	name := s.names.object(p.Spec.Name)
+	if p.Version == "" {
+		return store.Pool{}, s.noVersion(ctx, kindPool, name)
+	}
+	body, err := s.newObject(kindPool, name, nil, spec, p.Version)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	v, err := s.update(ctx, kindPool, name, body)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	p.Version = v
+	return p, nil
+}
+
+// DeletePool DELETEs the IPAMPool with a resourceVersion precondition.
+func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
+	if err := store.ValidName("pool", p.Spec.Name); err != nil {
+		return err
+	}
+	name := s.names.object(p.Spec.Name)
+	if p.Version == "" {
+		return s.noVersion(ctx, kindPool, name)
+	}
+	return s.del(ctx, kindPool, name, p.Version)
+}

@@ -1,0 +1,157 @@
+package kube
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// TestSchemaKeepsEverySpecField: what the API server stores (GET as the
+// admin, raw) is exactly the spec the backend sent — no field pruned by
+// the CRD's structural schema, none added — for a full dual-stack node
+// object, a claim and pools with every field set.
+func TestSchemaKeepsEverySpecField(t *testing.T) {
+	st := openNode(t)
+	admin := openAdmin(t, st.Prefix())
+	ctx := ctxT(t)
+	n := dualStackNode(t, "node-a", "node-b")
+	if n.Handles[0].ID == n.Handles[1].ID {
+		t.Fatal("fixture")
+	}
+	if _, err := st.CreateNode(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := store.EncodeNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Handles[0].Attachment != nil || spec.Handles[1].Attachment == nil || spec.Handles[2].Node == "" {
+		t.Fatal("fixture: want an attachment-less handle, one with an attachment, and a borrowed record")
+	}
+	sent, _ := json.Marshal(nodeWire{Node: n.Name, NodeSpec: spec})
+	checkStored(t, admin, kindNode, st.names.object(n.Name), sent)
+
+	c := store.Claim{BlockRef: store.BlockRef{Pool: pool6.Name, CIDR: n.Blocks[1].CIDR}, Node: "node-a"}
+	if _, err := st.CreateClaim(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := store.EncodeClaim(c)
+	sent, _ = json.Marshal(cs)
+	checkStored(t, admin, kindBlock, st.names.claim(c.Pool, c.CIDR), sent)
+
+	for _, p := range []store.Pool{{Spec: pool4}, {Spec: pool6}} {
+		if _, err := st.CreatePool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		sent, _ := store.MarshalPool(p)
+		checkStored(t, admin, kindPool, st.names.object(p.Spec.Name), sent)
+	}
+}
+
+// checkStored GETs the object as the admin and compares its spec with
+// sent, as JSON values.
+func checkStored(t *testing.T, admin *Store, k kind, name string, sent []byte) {
+	t.Helper()
+	o, err := admin.get(ctxT(t), k, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want any
+	if err := json.Unmarshal(o.Spec, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(sent, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s stored spec:\n  %s\nsent:\n  %s", what(k, name), o.Spec, sent)
+	}
+}
+
+// TestSchemaRefusesMalformed: objects written as the admin (as by kubectl
+// apply or edit) that the codec would never write are refused by the API
+// server with a message naming the field, or, when the schema cannot tell
+// (a free queue in the right syntax but wrong, an unmasked block inside a
+// node object), stored — and then read as store.ErrCorrupt.
+func TestSchemaRefusesMalformed(t *testing.T) {
+	st := openNode(t)
+	admin := openAdmin(t, st.Prefix())
+	ctx := ctxT(t)
+	good := dualStackNode(t, "node-a", "node-b")
+	spec, _ := store.EncodeNode(good)
+	nodeSpec := func(edit func(w *nodeWire)) []byte {
+		w := nodeWire{Node: "node-a", NodeSpec: spec}
+		b, _ := json.Marshal(w)
+		var cp nodeWire
+		_ = json.Unmarshal(b, &cp)
+		edit(&cp)
+		b, _ = json.Marshal(cp)
+		return b
+	}
+	refused := []struct {
+		name string
+		k    kind
+		spec string
+		want string // in the API's message
+	}{
+		{"claim, bad CIDR", kindBlock, `{"pool":"blue","cidr":"10.0.0.300/26","node":"n"}`, "spec.cidr"},
+		{"claim, host bits", kindBlock, `{"pool":"blue","cidr":"10.0.0.1/26","node":"n"}`, "masked"},
+		{"claim, no node", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26"}`, "spec.node"},
+		{"pool, bad gateway", kindPool, `{"name":"p","cidr":"10.0.0.0/16","blockSize":26,"gateway":"10.0.0"}`, "spec.gateway"},
+		{"pool, block size a string", kindPool, `{"name":"p","cidr":"10.0.0.0/16","blockSize":"26"}`, "spec.blockSize"},
+		{"node, bad free queue syntax", kindNode, `{"node":"n","blocks":[{"pool":"p","cidr":"10.0.0.0/26","free":"0-x"}],"handles":[]}`, "free"},
+		{"node, bad address", kindNode, `{"node":"n","blocks":[],"handles":[{"id":"a.b.c","ips":[{"addr":"10.0.0.256","pool":"p"}]}]}`, "addr"},
+		{"node, attachment of two", kindNode, `{"node":"n","blocks":[],"handles":[{"id":"x","attachment":["a","b"],"ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "attachment"},
+		{"node, bad created", kindNode, `{"node":"n","blocks":[],"handles":[{"id":"a.b.c","created":"yesterday","ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "created"},
+		{"node, no handles", kindNode, `{"node":"n","blocks":[]}`, "handles"},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			name := admin.names.object("bad")
+			body, err := admin.newObject(c.k, name, nil, []byte(c.spec), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = admin.create(ctx, c.k, name, body)
+			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("admin create of %s: %v; want ErrInvalid naming %q", c.name, err, c.want)
+			}
+		})
+	}
+	// Stored, but corrupt: the backend reports ErrCorrupt naming the object.
+	for _, c := range []struct {
+		name string
+		spec []byte
+		want string
+	}{
+		{"free queue with a run that does not ascend", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "5-2" }), "does not ascend"},
+		{"free queue missing an ordinal", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "0-5" }), "want 64 in all"},
+		{"unmasked block", nodeSpec(func(w *nodeWire) { w.Blocks[0].CIDR = netip.PrefixFrom(netip.MustParseAddr("10.0.0.65"), 26) }), "not a masked prefix"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := admin.names.object("node-a")
+			body, _ := admin.newObject(kindNode, name, nil, c.spec, "")
+			if _, err := admin.create(ctx, kindNode, name, body); err != nil {
+				t.Fatalf("admin create: %v", err)
+			}
+			defer func() {
+				o, err := admin.get(ctx, kindNode, name)
+				if err == nil {
+					_ = admin.del(ctx, kindNode, name, store.Version(o.Metadata.ResourceVersion))
+				}
+			}()
+			_, err := st.GetNode(ctx, "node-a")
+			if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("GetNode of a corrupt object: %v; want ErrCorrupt mentioning %q", err, c.want)
+			}
+			if _, err := st.ListNodes(ctx, store.NodeSelector{}); !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("ListNodes with a corrupt object: %v; want ErrCorrupt", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,214 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// meta is the part of an object's metadata the backend writes and reads.
+// An update replaces the whole object: labels, annotations or finalizers
+// that others add do not survive it (the backend owns these objects).
+type meta struct {
+	Name            string            `json:"name"`
+	ResourceVersion string            `json:"resourceVersion,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+}
+
+// object is one CustomResource as sent and received; the spec is the
+// contract's own encoding, decoded by the caller (so that a bad spec is
+// reported with its object's name).
+type object struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   meta            `json:"metadata"`
+	Spec       json.RawMessage `json:"spec"`
+}
+
+type objectList struct {
+	Metadata struct {
+		Continue string `json:"continue,omitempty"`
+	} `json:"metadata"`
+	Items []object `json:"items"`
+}
+
+// kind is one of the three resources.
+type kind struct {
+	resource, kind string
+}
+
+var (
+	kindPool  = kind{ResourcePools, "IPAMPool"}
+	kindBlock = kind{ResourceBlocks, "IPAMBlock"}
+	kindNode  = kind{ResourceNodes, "IPAMNode"}
+)
+
+// listPage is how many objects one LIST request returns.
+const listPage = 500
+
+func (s *Store) newObject(k kind, name string, labels map[string]string, spec []byte, version store.Version) ([]byte, error) {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if s.prefix != "" {
+		labels[LabelPartition] = s.prefix
+	}
+	size := 0
+	for k, v := range labels {
+		size += len(k) + len(v) + 6
+	}
+	if size > maxLabelBytes {
+		return nil, fmt.Errorf("%w: %s %q: %d bytes of labels, the limit is %d", store.ErrTooLarge, k.kind, name, size, maxLabelBytes)
+	}
+	return json.Marshal(object{
+		APIVersion: Group + "/" + Version,
+		Kind:       k.kind,
+		Metadata:   meta{Name: name, ResourceVersion: string(version), Labels: labels},
+		Spec:       spec,
+	})
+}
+
+// do sends req and returns the answer's body, or the error — the API
+// server's Status decoded (Raw alone gives only what the status code
+// says).
+func do(ctx context.Context, req *rest.Request) ([]byte, error) {
+	res := req.Do(ctx)
+	raw, err := res.Raw()
+	if err != nil {
+		return nil, res.Error()
+	}
+	return raw, nil
+}
+
+func what(k kind, name string) string { return k.kind + " " + strconv.Quote(name) }
+
+// checkPartition refuses an object of another partition (an unprefixed
+// store's object whose name happens to start with this store's prefix and
+// a dot, or the other way round).
+func (s *Store) checkPartition(k kind, o *object) error {
+	if got := o.Metadata.Labels[LabelPartition]; got != s.prefix {
+		return fmt.Errorf("%w: %s belongs to partition %q, not %q", store.ErrCorrupt, what(k, o.Metadata.Name), got, s.prefix)
+	}
+	return nil
+}
+
+func decodeObject(k kind, name string, raw []byte) (*object, error) {
+	var o object
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return nil, fmt.Errorf("%w: %s: undecodable answer: %v", store.ErrCorrupt, what(k, name), err)
+	}
+	return &o, nil
+}
+
+func (s *Store) get(ctx context.Context, k kind, name string) (*object, error) {
+	raw, err := do(ctx, s.rc.Get().Resource(k.resource).Name(name))
+	if err != nil {
+		return nil, mapErr(what(k, name), err)
+	}
+	o, err := decodeObject(k, name, raw)
+	if err != nil {
+		return nil, err
+	}
+	return o, s.checkPartition(k, o)
+}
+
+// create POSTs body and returns the new version.
+func (s *Store) create(ctx context.Context, k kind, name string, body []byte) (store.Version, error) {
+	raw, err := do(ctx, s.rc.Post().Resource(k.resource).Body(body))
+	if err != nil {
+		return "", mapErr(what(k, name), err)
+	}
+	return versionOf(k, name, raw)
+}
+
+// update PUTs body (carrying the version it replaces) and returns the new
+// version.
+func (s *Store) update(ctx context.Context, k kind, name string, body []byte) (store.Version, error) {
+	raw, err := do(ctx, s.rc.Put().Resource(k.resource).Name(name).Body(body))
+	if err != nil {
+		return "", mapErr(what(k, name), err)
+	}
+	return versionOf(k, name, raw)
+}
+
+func versionOf(k kind, name string, raw []byte) (store.Version, error) {
+	var o struct {
+		Metadata meta `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &o); err != nil || o.Metadata.ResourceVersion == "" {
+		return "", fmt.Errorf("%w: %s: the write's answer holds no resourceVersion (%v)", store.ErrUnavailable, what(k, name), err)
+	}
+	return store.Version(o.Metadata.ResourceVersion), nil
+}
+
+// del DELETEs name at version (a precondition).
+func (s *Store) del(ctx context.Context, k kind, name string, version store.Version) error {
+	v := string(version)
+	body, err := json.Marshal(metav1.DeleteOptions{
+		TypeMeta:      metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "v1"},
+		Preconditions: &metav1.Preconditions{ResourceVersion: &v},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = do(ctx, s.rc.Delete().Resource(k.resource).Name(name).Body(body))
+	return mapErr(what(k, name), err)
+}
+
+// noVersion answers an update or delete without a version: ErrNotFound
+// when the object is absent, else ErrConflict (the caller's state is
+// not the stored one). It never writes unconditionally.
+func (s *Store) noVersion(ctx context.Context, k kind, name string) error {
+	if _, err := s.get(ctx, k, name); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s exists and no version was given", store.ErrConflict, what(k, name))
+}
+
+// selector returns the label selector of this partition and the given
+// "key=value" or "key" requirements.
+func (s *Store) selector(reqs ...string) string {
+	part := "!" + LabelPartition
+	if s.prefix != "" {
+		part = LabelPartition + "=" + s.prefix
+	}
+	return strings.Join(append([]string{part}, reqs...), ",")
+}
+
+// list returns every object of k matching the label selector, page by
+// page.
+func (s *Store) list(ctx context.Context, k kind, selector string) ([]object, error) {
+	var out []object
+	cont := ""
+	for {
+		req := s.rc.Get().Resource(k.resource).Param("labelSelector", selector).Param("limit", strconv.Itoa(listPage))
+		if cont != "" {
+			req = req.Param("continue", cont)
+		}
+		raw, err := do(ctx, req)
+		if err != nil {
+			return nil, mapErr("list of "+k.resource+" ("+selector+")", err)
+		}
+		var l objectList
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return nil, fmt.Errorf("%w: list of %s: undecodable answer: %v", store.ErrCorrupt, k.resource, err)
+		}
+		for i := range l.Items {
+			if err := s.checkPartition(k, &l.Items[i]); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, l.Items...)
+		if l.Metadata.Continue == "" {
+			return out, nil
+		}
+		cont = l.Metadata.Continue
+	}
+}
