@@ -170,7 +170,11 @@ func runModel(t *testing.T, seed uint64) {
 			if !ok {
 				continue
 			}
-			after, _ = nodealloc.Release(n, id)
+			if rec, _ := n.Handle(id); len(rec.IPs) == 1 && rng.IntN(2) == 0 {
+				after, err = nodealloc.ReleaseAddr(n, id, rec.IPs[0].Addr)
+			} else {
+				after, _ = nodealloc.Release(n, id)
+			}
 			m.release(id)
 		case op == 8: // guarded release, half of the time on a stale observation
 			id, ok := pick()

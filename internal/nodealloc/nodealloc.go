@@ -150,6 +150,33 @@ func Release(n store.Node, id string) (store.Node, []ipam.HandleIP) {
 	return c, freed
 }
 
+// ReleaseAddr frees one address of handle id in n: it goes to the back of
+// its block's free queue and leaves the record, which is dropped when it
+// held nothing else. It returns ErrNotHeld when id does not hold addr in n.
+func ReleaseAddr(n store.Node, id string, addr netip.Addr) (store.Node, error) {
+	i := slices.IndexFunc(n.Handles, func(h ipam.Handle) bool { return h.ID == id })
+	if i < 0 {
+		return n, fmt.Errorf("%w: no record of %q in node object %q", ErrNotHeld, id, n.Name)
+	}
+	k := slices.IndexFunc(n.Handles[i].IPs, func(ip ipam.HandleIP) bool { return ip.Addr == addr })
+	if k < 0 {
+		return n, fmt.Errorf("%w: %q holds no %s in node object %q", ErrNotHeld, id, addr, n.Name)
+	}
+	c := Clone(n)
+	ip := c.Handles[i].IPs[k]
+	j := blockIndex(c, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
+	b, err := c.Blocks[j].Release(addr, id)
+	if err != nil {
+		panic(fmt.Sprintf("nodealloc: release %s of %q: %v", addr, id, err))
+	}
+	c.Blocks[j] = b
+	c.Handles[i].IPs = slices.Delete(c.Handles[i].IPs, k, k+1)
+	if len(c.Handles[i].IPs) == 0 {
+		c.Handles = slices.Delete(c.Handles, i, i+1)
+	}
+	return c, nil
+}
+
 // ReleaseObserved is Release guarded by what the caller observed: it
 // frees the record only when n still holds it exactly as observed (same
 // attachment, container, creation time and addresses), so that a handle

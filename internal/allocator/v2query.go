@@ -1,0 +1,194 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// Blocks returns the blocks of one pool, or of every pool when pool is "",
+// sorted by pool then CIDR, each as its holder's object has it.
+func (a *StoreAllocator) Blocks(ctx context.Context, pool string) ([]ipam.Block, error) {
+	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: pool})
+	if err != nil {
+		return nil, err
+	}
+	objects := map[string]store.Node{}
+	var out []ipam.Block
+	for _, c := range claims {
+		n, ok := objects[c.Node]
+		if !ok {
+			if n, err = a.store.GetNode(ctx, c.Node); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, storeErr(err)
+			}
+			objects[c.Node] = n
+		}
+		if b, held := n.Block(c.BlockRef); held {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// Block returns the block holding addr (or with prefix cidr) in the pool
+// whose CIDR holds it.
+func (a *StoreAllocator) Block(ctx context.Context, cidr netip.Prefix) (ipam.Pool, ipam.Block, error) {
+	pool, err := a.poolOf(ctx, cidr.Addr())
+	if err != nil {
+		return ipam.Pool{}, ipam.Block{}, err
+	}
+	b, err := a.blockOf(ctx, pool, cidr.Addr())
+	return pool, b, err
+}
+
+// blockOf reads the block of pool holding addr from its holder's object.
+func (a *StoreAllocator) blockOf(ctx context.Context, pool ipam.Pool, addr netip.Addr) (ipam.Block, error) {
+	blk, _ := addr.Prefix(pool.BlockSize)
+	ref := store.BlockRef{Pool: pool.Name, CIDR: blk}
+	c, err := a.store.GetClaim(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return ipam.Block{}, fmt.Errorf("%w: block %s of pool %q is not claimed", ErrNotAllocated, blk, pool.Name)
+	}
+	if err != nil {
+		return ipam.Block{}, err
+	}
+	n, err := a.store.GetNode(ctx, c.Node)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return ipam.Block{}, storeErr(err)
+	}
+	b, ok := n.Block(ref)
+	if !ok {
+		return ipam.Block{}, fmt.Errorf("%w: block %s of pool %q is claimed by node %q, whose object does not hold it yet", ErrNotAllocated, blk, pool.Name, c.Node)
+	}
+	return b, nil
+}
+
+func (a *StoreAllocator) poolOf(ctx context.Context, addr netip.Addr) (ipam.Pool, error) {
+	pools, err := a.Pools(ctx)
+	if err != nil {
+		return ipam.Pool{}, err
+	}
+	for _, p := range pools {
+		if p.CIDR.Contains(addr) {
+			return p, nil
+		}
+	}
+	return ipam.Pool{}, fmt.Errorf("%w: no pool holds %s", ErrPoolNotFound, addr)
+}
+
+// ReleaseAddr frees one address whoever holds it and drops it from its
+// handle's record, in one write of the object holding its block. It
+// returns the handle record that held it.
+func (a *StoreAllocator) ReleaseAddr(ctx context.Context, addr netip.Addr) (ipam.Handle, error) {
+	return a.releaseAddr(ctx, func() (ipam.Pool, error) { return a.poolOf(ctx, addr) }, addr, "")
+}
+
+// ReleaseAddrHeldBy is ReleaseAddr for an address of a named pool that
+// only releases while the handle holder holds it (ErrHolderChanged
+// otherwise, ErrNotAllocated when it is free).
+func (a *StoreAllocator) ReleaseAddrHeldBy(ctx context.Context, poolName string, addr netip.Addr, holder string) (ipam.Handle, error) {
+	return a.releaseAddr(ctx, func() (ipam.Pool, error) {
+		pool, err := a.Pool(ctx, poolName)
+		if err == nil && !pool.CIDR.Contains(addr) {
+			err = fmt.Errorf("%w: pool %q does not hold %s", ErrNotAllocated, poolName, addr)
+		}
+		return pool, err
+	}, addr, holder)
+}
+
+func (a *StoreAllocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool, error), addr netip.Addr, holder string) (ipam.Handle, error) {
+	var owner ipam.Handle
+	err := a.retry(ctx, "release "+addr.String(), func() error {
+		pool, err := findPool()
+		if err != nil {
+			return err
+		}
+		blk, _ := addr.Prefix(pool.BlockSize)
+		c, err := a.store.GetClaim(ctx, store.BlockRef{Pool: pool.Name, CIDR: blk})
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotAllocated, addr)
+		}
+		if err != nil {
+			return err
+		}
+		n, err := a.readNode(ctx, c.Node)
+		if err != nil {
+			return err
+		}
+		b, ok := n.Block(c.BlockRef)
+		got := b.Owner(addr)
+		switch {
+		case !ok || got == "":
+			return fmt.Errorf("%w: %s", ErrNotAllocated, addr)
+		case holder != "" && got != holder:
+			return fmt.Errorf("%w: %s is held by %q, not %q", ErrHolderChanged, addr, got, holder)
+		}
+		rec, _ := n.Handle(got)
+		next, err := nodealloc.ReleaseAddr(n, got, addr)
+		if err != nil {
+			return err
+		}
+		if _, err := a.writeNode(ctx, next); err != nil {
+			return err
+		}
+		owner = rec
+		return nil
+	})
+	return owner, err
+}
+
+// ReleaseHandles releases every handle for which drop returns true and
+// returns the handles released.
+func (a *StoreAllocator) ReleaseHandles(ctx context.Context, drop func(ipam.Handle) bool) ([]ipam.Handle, error) {
+	hs, err := a.Handles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ipam.Handle
+	for _, h := range hs {
+		if !drop(h) {
+			continue
+		}
+		if _, err := a.Release(ctx, h.Node, h.ID); err != nil {
+			return out, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// HasFree reports whether the node could get an address from the pool: a
+// free address in a block it may use, or an unclaimed block with room.
+func (a *StoreAllocator) HasFree(ctx context.Context, pool ipam.Pool, node string) (bool, error) {
+	blocks, err := a.Blocks(ctx, pool.Name)
+	if err != nil {
+		return false, err
+	}
+	taken := make(map[netip.Prefix]bool, len(blocks))
+	for _, b := range blocks {
+		taken[b.CIDR] = true
+		if (!pool.StrictAffinity || b.Node == node) && b.FreeCount(pool) > 0 {
+			return true, nil
+		}
+	}
+	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: pool.Name})
+	if err != nil {
+		return false, err
+	}
+	for _, c := range claims {
+		taken[c.CIDR] = true
+	}
+	first, last := pool.BlockSpan()
+	budget := uint64(len(claims)) + 1<<16
+	for i := first; i <= last && i-first < budget; i++ {
+		if cidr := pool.BlockAt(i); !taken[cidr] && pool.HasRoom(cidr) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
