@@ -104,7 +104,7 @@ func (s *Store) ListClaims(ctx context.Context, sel store.ClaimSelector) ([]stor
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Claim, 0, len(objs))
+	var out []store.Claim
 	for i := range objs {
 		c, err := s.decodeClaim(&objs[i], nil)
 		if err != nil {

@@ -30,7 +30,8 @@ func ctxT(t testing.TB) context.Context {
 // dualStackNode is a full node object: an IPv4 and an IPv6 block, a
 // dual-stack handle whose ID spells its attachment (stored without one), a
 // handle with a legacy ID (stored with its attachment), and a record of
-// another node's handle (borrowed, so the object lends to that node).
+// another node's handle (borrowed, so the object lends to that node), and a
+// loan (a handle of this node holding an address in another node's block).
 func dualStackNode(t testing.TB, name, borrower string) store.Node {
 	t.Helper()
 	b4 := ipam.NewBlock(pool4, netip.MustParsePrefix("10.0.0.64/26"), name)
@@ -55,7 +56,9 @@ func dualStackNode(t testing.TB, name, borrower string) store.Node {
 	assign(&b6, pool6, &h1, "fd00:22::41")
 	assign(&b4, pool4, &h2, "10.0.0.71")
 	assign(&b6, pool6, &h3, "fd00:22::7f")
-	return store.Node{Name: name, Blocks: []ipam.Block{b4, b6}, Handles: []ipam.Handle{h1, h2, h3}}
+	// h2 also holds an address in node-z's blocks.
+	return store.Node{Name: name, Blocks: []ipam.Block{b4, b6}, Handles: []ipam.Handle{h1, h2, h3},
+		Loans: []store.Loan{{Handle: h2.ID, Lender: "node-z"}}}
 }
 
 // sameNode fails t unless got is want (content and, when set, version).

@@ -133,7 +133,7 @@ func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Node, 0, len(objs))
+	var out []store.Node
 	for i := range objs {
 		n, err := s.decodeNode(&objs[i], "")
 		if err != nil {

@@ -55,7 +55,7 @@ func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Pool, 0, len(objs))
+	var out []store.Pool
 	for i := range objs {
 		var named struct {
 			Name string `json:"name"`

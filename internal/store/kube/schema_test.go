@@ -30,8 +30,8 @@ func TestSchemaKeepsEverySpecField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Handles[0].Attachment != nil || spec.Handles[1].Attachment == nil || spec.Handles[2].Node == "" {
-		t.Fatal("fixture: want an attachment-less handle, one with an attachment, and a borrowed record")
+	if spec.Handles[0].Attachment != nil || spec.Handles[1].Attachment == nil || spec.Handles[2].Node == "" || len(spec.Loans) == 0 {
+		t.Fatal("fixture: want an attachment-less handle, one with an attachment, a borrowed record and a loan")
 	}
 	sent, _ := json.Marshal(nodeWire{Node: n.Name, NodeSpec: spec})
 	checkStored(t, admin, kindNode, st.names.object(n.Name), sent)

@@ -143,7 +143,7 @@ func TestClaims(t *testing.T) {
 		{store.ClaimSelector{Node: "node-b"}, []store.Claim{claims[1]}},
 		{store.ClaimSelector{Pool: "blue"}, []store.Claim{claims[1], claims[0]}},
 		{store.ClaimSelector{Pool: "fd00::-64"}, []store.Claim{claims[3], claims[2]}},
-		{store.ClaimSelector{Node: "node-z"}, []store.Claim{}},
+		{store.ClaimSelector{Node: "node-z"}, nil},
 		{store.ClaimSelector{}, []store.Claim{claims[1], claims[0], claims[3], claims[2]}},
 	} {
 		got, err := st.ListClaims(ctx, c.sel)
