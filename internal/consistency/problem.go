@@ -119,18 +119,86 @@ const (
 	// KindCorrupt: a value that cannot be decoded, or a key that does not
 	// follow the layout. Reported only; nothing else is checked against it.
 	KindCorrupt Kind = "corrupt-value"
+
+	// The kinds below concern the typed store (CheckStore, RepairStore:
+	// pools, block claims and node objects, docs/STORAGE.md). There,
+	// KindCorrupt is an object that cannot be decoded (named by its
+	// object), KindDuplicate an address held by records in two blocks of
+	// one pool (two objects, or overlapping blocks of one object), and
+	// KindBlockWithoutPool a node object's block or a claim of a pool that
+	// does not exist; all three are reported only.
+
+	// KindBlockWithoutClaim: a node object holds a block that no claim
+	// names, so another node may claim the block and hand out addresses
+	// this object's records hold.
+	//
+	// Repair, when exactly one node object holds the block: the claim is
+	// created naming that object's node (create-if-absent, so a claim
+	// created meanwhile by another node wins and the problem turns into
+	// KindClaimMismatch). Nothing is freed.
+	KindBlockWithoutClaim Kind = "block-without-claim"
+	// KindClaimWithoutBlock: a claim names a node whose object does not
+	// hold the block: what an ADD that stopped after claiming leaves (or a
+	// pool removal that stopped between a node write and the claim's
+	// delete).
+	//
+	// Repair: the node adopts the block, as its next ADD would — the
+	// block is added empty to the node's object (created when absent),
+	// compare-and-swap at the version a second look saw. The claim is not
+	// deleted: an ADD of that node may be adopting it at this moment and
+	// would then hold a block nobody claims. Not repaired when the pool is
+	// missing, marked Deleting (`pool rm` finishes it) or does not have
+	// that block, or when another object holds or overlaps the block, or
+	// some node object could not be read.
+	KindClaimWithoutBlock Kind = "claim-without-block"
+	// KindClaimMismatch: a node object holds a block whose claim names
+	// another node. Reported only: the claimant may be an ADD between its
+	// claim and its node write, and either side may hold live addresses.
+	KindClaimMismatch Kind = "block-claimed-by-other-node"
+	// KindDuplicateBlock: two node objects hold the same block, or blocks
+	// of one pool overlap. Reported only: both may hand out or hold the
+	// same addresses, and which one is live cannot be told from the store.
+	KindDuplicateBlock Kind = "duplicate-block"
+	// KindLoanWithoutRecord: a node object's loan names a lender whose
+	// object holds no record of the handle for that node: what an ADD that
+	// stopped between its own write and the lender's leaves, or a DEL that
+	// stopped between the lender's write and its own.
+	//
+	// Repair: the lender's object is written unchanged at the version the
+	// second look saw (so that an ADD still on its way to it fails and
+	// undoes itself), then the loan is dropped at the borrower's second-look
+	// version. A loan holds no address: nothing is freed.
+	KindLoanWithoutRecord Kind = "loan-without-record"
+	// KindRecordWithoutLoan: a lender's object holds a record of a handle
+	// of another node whose object has no loan naming that lender, so the
+	// handle's DEL and ADD retries do not find that part.
+	//
+	// Repair: the loan is added to the borrower's object (created when
+	// absent), at the version the second look saw. The record, which may
+	// be a live pod's, is kept: DEL, GC or the controller free it.
+	KindRecordWithoutLoan Kind = "record-without-loan"
+	// KindPoolDeleting: a pool is marked Deleting: an interrupted `pool
+	// rm`. Reported only: `ipkeeperctl pool rm` finishes the removal,
+	// `pool rm --cancel` keeps the pool; which one is meant is the
+	// operator's call.
+	KindPoolDeleting Kind = "pool-deleting"
 )
 
 // Kinds lists every kind, in the order reports sort them.
 var Kinds = []Kind{
 	KindCorrupt, KindKeyMismatch, KindBlockWithoutPool, KindCounts, KindDuplicate,
 	KindHandleAddr, KindOrphanAddr, KindEmptyHandle, KindMissingAffinity, KindOrphanAffinity,
+	KindPoolDeleting, KindDuplicateBlock, KindClaimMismatch, KindBlockWithoutClaim, KindClaimWithoutBlock,
+	KindLoanWithoutRecord, KindRecordWithoutLoan,
 }
 
 // Problem is one inconsistency. Fields that do not apply are empty.
 type Problem struct {
 	Kind Kind `json:"kind"`
-	// Key is the datastore key the problem was found at.
+	// Key is the datastore key the problem was found at; for the typed
+	// store, the object: "pool/<name>", "claim/<pool>/<cidr>",
+	// "node/<name>" (or "pools", "claims", "nodes" for a list that could
+	// not be read).
 	Key    string `json:"key,omitempty"`
 	Pool   string `json:"pool,omitempty"`
 	Block  string `json:"block,omitempty"`
@@ -162,6 +230,11 @@ type Counts struct {
 	Handles    int `json:"handles"`
 	Affinities int `json:"affinities"`
 	Allocated  int `json:"allocated"`
+	// Claims and Nodes count block claims and node objects (typed store
+	// only; Handles then counts handle records, Blocks node objects'
+	// blocks).
+	Claims int `json:"claims,omitempty"`
+	Nodes  int `json:"nodes,omitempty"`
 }
 
 // Report is the result of Check.
