@@ -31,14 +31,9 @@ const (
 	layoutV2     = "2"
 )
 
-// UnaffineNode is the node object that holds, after Migrate, the blocks the
-// first layout kept affine to no node (imported from whereabouts or Calico
-// without a host) while they still hold addresses, with the claims naming
-// it. No Kubernetes node can have this name (':' is not allowed in one),
-// so it never collides with a real node; like the first layout's
-// unaffine blocks, nobody allocates in them but by borrowing, and the
-// controller frees them as blocks of a gone node once they are empty.
-const UnaffineNode = "ipkeeper:unaffine"
+// UnaffineNode is store.UnaffineNode: the node object Migrate puts the
+// first layout's blocks of no node in while they hold addresses.
+const UnaffineNode = store.UnaffineNode
 
 // ErrLateWrite is wrapped by Migrate's error when a first-layout key was
 // written after the conversion read it (a process of the earlier version

@@ -1,6 +1,7 @@
 package kvbacked_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,8 @@ type v1State struct {
 
 // writeFirstLayout fills s through today's allocator: single- and
 // dual-stack handles on three nodes, a borrowed address (single-stack and
-// one family of a dual-stack handle), a handle stored under its legacy
+// one family of a dual-stack handle, and on a fourth node holding no
+// block of its own), a handle stored under its legacy
 // ID as earlier versions wrote it, and two blocks affine to no node as the
 // whereabouts importer writes them (one holding an address, one empty).
 func writeFirstLayout(t *testing.T, s kv.Store) v1State {
@@ -65,6 +67,7 @@ func writeFirstLayout(t *testing.T, s kv.Store) v1State {
 	alloc("node-a", "atiny", []string{"tiny"})                 // node-a claims tiny's only block
 	alloc("node-b", "btiny", []string{"tiny"})                 // node-b borrows from it
 	alloc("node-c", "cdual", []string{"tiny"}, []string{"v6"}) // IPv4 borrowed, IPv6 own
+	alloc("node-d", "dtiny", []string{"tiny"})                 // borrowed by a node holding no block
 	alloc("node-a", "old.dot", []string{"v4"})
 	if _, err := a.Release(ctx, ipam.HandleID("net", "a1", "eth0")); err != nil { // free queues out of order
 		t.Fatal(err)
@@ -198,6 +201,17 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 	if err != nil || len(lenders) != 1 || lenders[0].Name != "node-a" {
 		t.Errorf("lenders of node-b: %v, %v; want node-a", lenders, err)
 	}
+	checkLoans(t, nodes)
+	// The v2 allocator finds every handle whole from its node's object
+	// and the lenders its loans name.
+	a := allocator.NewStoreAllocator(s, nil)
+	for _, h := range want.handles {
+		node := cmp.Or(h.Node, kvbacked.UnaffineNode)
+		got, ok, err := a.Handle(ctx, node, h.ID)
+		if err != nil || !ok || !sameAddrs(got.IPs, want.handleIPs(h.ID)) {
+			t.Errorf("StoreAllocator.Handle(%s, %s) = %v, %v, %v; want %v", node, h.ID, got.IPs, ok, err, want.handleIPs(h.ID))
+		}
+	}
 	for _, p := range []string{"blocks/", "affinity/", "handles/"} {
 		if left := raw(t, kvs, p); len(left) > 0 {
 			t.Errorf("first-layout keys left: %v", left)
@@ -209,6 +223,41 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 	if pools, err := s.ListPools(ctx); err != nil || len(pools) != 4 {
 		t.Errorf("pools after migration: %v, %v", pools, err)
 	}
+}
+
+// checkLoans fails unless every record in another node's object is a loan
+// in its node's object, and every loan has its record in the lender.
+func checkLoans(t *testing.T, nodes []store.Node) {
+	t.Helper()
+	objects := map[string]store.Node{}
+	for _, n := range nodes {
+		objects[n.Name] = n
+	}
+	for _, n := range nodes {
+		for _, h := range n.Handles {
+			if h.Node != n.Name && !slices.Contains(objects[h.Node].LendersOf(h.ID), n.Name) {
+				t.Errorf("%s's object holds a record of %s of node %s, whose object has no loan naming it (loans %v)", n.Name, h.ID, h.Node, objects[h.Node].Loans)
+			}
+		}
+		for _, l := range n.Loans {
+			if r, ok := objects[l.Lender].Handle(l.Handle); !ok || r.Node != n.Name {
+				t.Errorf("loan %+v of %s: no record of it in the lender (%+v, %v)", l, n.Name, r, ok)
+			}
+		}
+	}
+}
+
+// sameAddrs reports whether two lists hold the same addresses.
+func sameAddrs(x, y []ipam.HandleIP) bool {
+	addrs := func(ips []ipam.HandleIP) []netip.Addr {
+		var out []netip.Addr
+		for _, ip := range ips {
+			out = append(out, ip.Addr)
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return out
+	}
+	return slices.Equal(addrs(x), addrs(y))
 }
 
 // handleIPs returns the addresses the first layout gave handle id.
@@ -237,7 +286,7 @@ func TestMigrateFirstLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Done || rep.Nodes != 4 || len(rep.UnaffineBlocks) != 1 || len(rep.DroppedBlocks) != 1 || len(rep.Orphans)+len(rep.Strays) != 0 {
+			if rep.Done || rep.Nodes != 5 || len(rep.UnaffineBlocks) != 1 || len(rep.DroppedBlocks) != 1 || len(rep.Orphans)+len(rep.Strays) != 0 {
 				t.Errorf("report %+v", rep)
 			}
 			checkMigrated(t, kvs, want)
@@ -249,8 +298,54 @@ func TestMigrateFirstLayout(t *testing.T) {
 			if after := snapshot(t, kvs, ""); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
 				t.Fatal("a second run changed the store")
 			}
+			releaseBorrowed(t, kvbacked.New(kvs), want)
 		})
 	}
+}
+
+// releaseBorrowed releases the migrated handles holding borrowed
+// addresses through the v2 allocator: each one's addresses are free
+// afterwards, and no record or loan of it is left anywhere.
+func releaseBorrowed(t *testing.T, s store.Store, want v1State) {
+	t.Helper()
+	ctx := t.Context()
+	a := allocator.NewStoreAllocator(s, nil)
+	for _, c := range []struct{ node, container string }{
+		{"node-b", "btiny"}, // single-stack, borrowed
+		{"node-c", "cdual"}, // dual-stack, IPv4 borrowed
+		{"node-d", "dtiny"}, // borrowed by a node holding no block
+	} {
+		id := ipam.HandleID("net", c.container, "eth0")
+		freed, err := a.Release(ctx, c.node, id)
+		if err != nil || len(freed) == 0 || !sameAddrs(want.handleIPs(id), ipsOf(freed)) {
+			t.Errorf("Release(%s, %s) = %v, %v; want %v", c.node, id, freed, err, want.handleIPs(id))
+		}
+		nodes, err := s.ListNodes(ctx, store.NodeSelector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if _, ok := n.Handle(id); ok || len(n.LendersOf(id)) > 0 {
+				t.Errorf("after releasing %s, %s's object still holds its record or a loan (lenders %v)", id, n.Name, n.LendersOf(id))
+			}
+			for _, b := range n.Blocks {
+				for _, ip := range want.handleIPs(id) {
+					if ip.Pool == b.Pool && b.CIDR.Contains(ip.Addr) && b.Owner(ip.Addr) != "" {
+						t.Errorf("after releasing %s, %s is still held by %q", id, ip.Addr, b.Owner(ip.Addr))
+					}
+				}
+			}
+		}
+	}
+}
+
+// ipsOf wraps addresses as HandleIPs (for sameAddrs).
+func ipsOf(as []netip.Addr) []ipam.HandleIP {
+	out := make([]ipam.HandleIP, len(as))
+	for i, a := range as {
+		out[i] = ipam.HandleIP{Addr: a}
+	}
+	return out
 }
 
 // A migration that dies before any one of its transactions (with
