@@ -322,7 +322,14 @@ func TestAgentRefusesUntrustedSocketDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "sub", "agent.sock")
-	out, err := exec.Command(agentBin, "--kubeconfig="+kc, "--node-name=node-trust-a", "--socket="+sock).CombinedOutput()
+	// Bounded: an agent that wrongly starts would serve until killed.
+	ctx := ctxT(t)
+	run := func(args ...string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return exec.CommandContext(ctx, agentBin, args...).CombinedOutput()
+	}
+	out, err := run("--kubeconfig="+kc, "--node-name=node-trust-a", "--socket="+sock)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), dir) || !strings.Contains(string(out), "writable by other users") {
 		t.Fatalf("exit %v, want 1 naming %s as writable by others:\n%s", err, dir, out)
@@ -336,7 +343,7 @@ func TestAgentRefusesUntrustedSocketDir(t *testing.T) {
 	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.Command(agentBin, "--kubeconfig="+kc, "--node-name=node-trust-a", "--socket="+file).CombinedOutput()
+	out, err = run("--kubeconfig="+kc, "--node-name=node-trust-a", "--socket="+file)
 	if b, _ := os.ReadFile(file); err == nil || string(b) != "keep" || !strings.Contains(string(out), "not a socket") {
 		t.Errorf("over a regular file: %v, file %q\n%s", err, b, out)
 	}

@@ -84,7 +84,7 @@ func AgentErrorOf(err error) (AgentError, int) {
 func (e AgentError) Err(socket string) error {
 	for _, r := range reasons {
 		if e.Reason == r.reason {
-			return fmt.Errorf("%w (ipkeeper agent at %s): %s", r.err, socket, e.Message)
+			return fmt.Errorf("%w (ipkeeper agent at %s): %s", r.err, socket, strings.TrimPrefix(e.Message, r.err.Error()+": "))
 		}
 	}
 	return fmt.Errorf("%w: ipkeeper agent at %s answered %s: %s", ErrUnavailable, socket, e.Reason, e.Message)

@@ -49,6 +49,9 @@ func run(m *testing.M) int {
 	if ctlBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeperctl"); ctlBuildErr == nil {
 		ctlBin = filepath.Join(binDir, "ipkeeperctl")
 	}
+	if agentBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper-agent"); agentBuildErr == nil {
+		agentBin = filepath.Join(binDir, "ipkeeper-agent")
+	}
 	if toolsDir, err = cnirun.EnsureTools(ctx, root); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

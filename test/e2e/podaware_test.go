@@ -25,14 +25,21 @@ type kubeFixture struct {
 	cs    kubernetes.Interface
 	kc    string // kubeconfig of kube-system/ipkeeper-node (RBAC from deploy/)
 	store string
+	// agents, when not nil, makes podConf name an ipkeeper-agent's socket
+	// instead of the kubeconfig (see withAgents).
+	agents *agentSet
 }
 
-// podConf is a pod-aware network config on the fixture's store.
+// podConf is a pod-aware network config on the fixture's store: it names
+// the kubeconfig, or in agent mode the socket of node's agent (and no
+// kubeconfig, so that only the agent can answer).
 func (f *kubeFixture) podConf(t testing.TB, node string, ipam map[string]any) []byte {
 	t.Helper()
 	i := map[string]any{"type": "ipkeeper", "datastore": map[string]any{"type": "local", "path": f.store},
-		"nodeName": node, "kubernetes": map[string]any{"kubeconfig": f.kc},
-		"ranges": [][]map[string]any{{{"subnet": "10.95.0.0/24"}}}}
+		"nodeName": node, "ranges": [][]map[string]any{{{"subnet": "10.95.0.0/24"}}}}
+	if _, ok := ipam["kubernetes"]; !ok {
+		i["kubernetes"] = f.kubernetes(t, f.kc, node)
+	}
 	for k, v := range ipam {
 		i[k] = v
 	}
@@ -75,6 +82,16 @@ func addrsOf(t *testing.T, stdin []byte, out cnirun.Output) []netip.Addr {
 	return got
 }
 
+// kubernetes is the ipam.kubernetes object for the account of kubeconfig
+// on node: the kubeconfig, or in agent mode the socket of an agent with
+// that account serving node (node-a's for a node the API does not know).
+func (f *kubeFixture) kubernetes(t testing.TB, kubeconfig, node string) map[string]any {
+	if f.agents == nil {
+		return map[string]any{"kubeconfig": kubeconfig}
+	}
+	return map[string]any{"agentSocket": f.agents.socket(t, kubeconfig, node)}
+}
+
 func newKubeFixture(t testing.TB) *kubeFixture {
 	t.Helper()
 	srv := kubetest.Start(t)
@@ -101,6 +118,14 @@ func newKubeFixture(t testing.TB) *kubeFixture {
 			t.Fatal(err)
 		}
 	}
+	f.makePools(t)
+	return f
+}
+
+// makePools creates the pools the pod-aware tests use in the fixture's
+// store.
+func (f *kubeFixture) makePools(t testing.TB) {
+	t.Helper()
 	cf := writeTemp(t, f.podConf(t, "node-a", nil))
 	for _, p := range [][]string{
 		{"blue4", "--cidr", "10.98.0.0/24"}, {"blue6", "--cidr", "fd98::/64"},
@@ -109,7 +134,24 @@ func newKubeFixture(t testing.TB) *kubeFixture {
 	} {
 		ctl(t, cf, append([]string{"pool", "add"}, p...)...)
 	}
-	return f
+}
+
+// modes are the two ways the plugin reads the API: directly with the
+// kubeconfig, or from the node's ipkeeper-agent.
+var modes = []string{"direct", "agent"}
+
+// inMode returns a copy of the fixture on a new store (with the pools)
+// for mode; "agent" starts agents (binary ipkeeper-agent) as configs
+// need them, for as long as t runs.
+func (f *kubeFixture) inMode(t *testing.T, mode string) *kubeFixture {
+	t.Helper()
+	m := *f
+	m.store = t.TempDir()
+	if mode == "agent" {
+		m.agents = newAgentSet(t, f.kc)
+	}
+	m.makePools(t)
+	return &m
 }
 
 // TestPodAware runs the plugin binary in pod-aware mode against a real
@@ -123,7 +165,19 @@ func newKubeFixture(t testing.TB) *kubeFixture {
 func TestPodAware(t *testing.T) {
 	needIpkeeper(t)
 	needCtl(t)
-	f := newKubeFixture(t)
+	base := newKubeFixture(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "agent" {
+				needAgent(t)
+			}
+			testPodAware(t, base.inMode(t, mode), mode)
+		})
+	}
+}
+
+// testPodAware is TestPodAware's cases in one mode ("direct" or "agent").
+func testPodAware(t *testing.T, f *kubeFixture, mode string) {
 	type tc struct {
 		name       string
 		node       string
@@ -178,12 +232,12 @@ func TestPodAware(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			stdin := f.podConf(t, c.node, c.ipam)
 			if c.kubeconfig != "" {
-				stdin = f.podConf(t, c.node, merge(c.ipam, map[string]any{"kubernetes": map[string]any{
-					"kubeconfig": f.srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-"+c.kubeconfig)}}))
+				stdin = f.podConf(t, c.node, merge(c.ipam, map[string]any{"kubernetes": f.kubernetes(t,
+					f.srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-"+c.kubeconfig), c.node)}))
 			}
 			var p *corev1.Pod
 			if c.ann != nil {
-				p = f.pod(t, c.ns, idf("pod-%d", i), c.node, c.ann)
+				p = f.pod(t, c.ns, idf("%s-pod-%d", mode, i), c.node, c.ann)
 			}
 			id := idf("sandbox-%d", i)
 			out, err := cnirun.Run(ctxT(t), ipkeeperBin, podCall(id, p, stdin))
@@ -229,17 +283,22 @@ func TestPodAware(t *testing.T) {
 	}
 	// A pod that is gone by the time of its ADD: try again later.
 	t.Run("pod gone", func(t *testing.T) {
-		p := f.pod(t, "ns-plain", "gone", "node-a", nil)
+		name := "gone-" + mode
+		p := f.pod(t, "ns-plain", name, "node-a", nil)
 		zero := int64(0)
-		if err := f.cs.CoreV1().Pods("ns-plain").Delete(ctxT(t), "gone", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		if err := f.cs.CoreV1().Pods("ns-plain").Delete(ctxT(t), name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 			t.Fatal(err)
+		}
+		if f.agents != nil {
+			// The agent's cache learns of the deletion from its watch.
+			f.agents.waitGone(t, "node-a", p)
 		}
 		out, err := cnirun.Run(ctxT(t), ipkeeperBin, podCall("sandbox-gone", p, f.podConf(t, "node-a", nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		e := wantCNIError(t, "ADD", out, uint(types.ErrTryAgainLater))
-		if !strings.Contains(e.Msg, "ns-plain/gone") {
+		if !strings.Contains(e.Msg, "ns-plain/"+name) {
 			t.Errorf("message %q does not name the pod", e.Msg)
 		}
 	})
