@@ -144,10 +144,12 @@ func (a *StoreAllocator) requestPools(ctx context.Context, req Request) (map[str
 	for _, n := range req.poolNames() {
 		var p ipam.Pool
 		var err error
-		if def, ok := findPool(req.Define, n); ok {
+		def, defined := findPool(req.Define, n)
+		p, err = a.poolForAllocation(ctx, n)
+		switch {
+		case defined && err == nil && p.SameDefinition(def):
+		case defined:
 			p, err = a.EnsurePool(ctx, def)
-		} else {
-			p, err = a.Pool(ctx, n)
 		}
 		if err != nil {
 			return nil, err

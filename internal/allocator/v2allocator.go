@@ -32,6 +32,16 @@ type StoreAllocator struct {
 	nodeLocks sync.Map // node -> *sync.Mutex
 	// known holds the last state of node objects read or written.
 	known sync.Map // node -> store.Node
+	// pools caches pool definitions read for allocations (see
+	// cachedPool); a conflict empties it.
+	pools sync.Map // name -> cachedPool
+	// PoolCacheTTL bounds how long a pool read for one allocation serves
+	// the next ones: a pool's flags changed meanwhile (disabled, node
+	// selector) take effect after at most this long in a long-lived
+	// process. A pool marked for removal never needs it: the removal
+	// writes the objects of the nodes holding its blocks, which fails
+	// their allocations' writes and empties the cache.
+	PoolCacheTTL time.Duration
 	// MaxAttempts bounds the write attempts of one operation.
 	MaxAttempts int
 	// BaseBackoff and MaxBackoff bound the jittered wait between attempts.
@@ -45,7 +55,7 @@ func NewStoreAllocator(s store.Store, log *slog.Logger) *StoreAllocator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &StoreAllocator{store: s, log: log, MaxAttempts: 100, BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond, Now: time.Now}
+	return &StoreAllocator{store: s, log: log, MaxAttempts: 100, BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond, Now: time.Now, PoolCacheTTL: 5 * time.Second}
 }
 
 // Store returns the datastore the allocator works on.
@@ -109,6 +119,9 @@ func (a *StoreAllocator) writeNode(ctx context.Context, n store.Node) (store.Nod
 	}
 	if err != nil {
 		a.known.Delete(n.Name)
+		if errors.Is(err, store.ErrConflict) {
+			a.pools.Clear()
+		}
 		return store.Node{}, storeErr(err)
 	}
 	if out.Version == "" {
@@ -161,4 +174,26 @@ func (a *StoreAllocator) handleOf(ctx context.Context, own store.Node, id string
 		return ipam.Handle{ID: id, Node: own.Name}, true, nil
 	}
 	return h, true, nil
+}
+
+// cachedPool is a pool definition as read at a time.
+type cachedPool struct {
+	pool ipam.Pool
+	read time.Time
+}
+
+// poolForAllocation returns a pool for an allocation: from the cache when
+// read less than PoolCacheTTL ago, else read (and cached).
+func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ipam.Pool, error) {
+	if v, ok := a.pools.Load(name); ok {
+		if c := v.(cachedPool); a.Now().Sub(c.read) < a.PoolCacheTTL {
+			return c.pool, nil
+		}
+	}
+	p, err := a.Pool(ctx, name)
+	if err != nil {
+		return ipam.Pool{}, err
+	}
+	a.pools.Store(name, cachedPool{pool: p, read: a.Now()})
+	return p, nil
 }
