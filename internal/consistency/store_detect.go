@@ -152,7 +152,7 @@ func (d *storeDetector) blocks(n store.Node) {
 					return false, err
 				})
 			}
-			if len(d.holders[ref]) == 1 {
+			if len(d.holders[ref]) == 1 && !d.overlappedBy(ref) {
 				f.fix = func(ctx context.Context, s store.Store) ([]Action, error) {
 					if _, err := s.CreateClaim(ctx, store.Claim{BlockRef: ref, Node: n.Name}); err != nil {
 						return nil, err
@@ -200,6 +200,12 @@ func poolAbsent(s store.Store, name string) func(context.Context) (bool, error) 
 // overlapping ref.
 func (d *storeDetector) overlapped(ref store.BlockRef) bool {
 	return slices.ContainsFunc(d.spans[ref.Pool], func(s span) bool { return s.cidr.Overlaps(ref.CIDR) })
+}
+
+// overlappedBy reports whether a block of ref's pool other than ref
+// overlaps it.
+func (d *storeDetector) overlappedBy(ref store.BlockRef) bool {
+	return slices.ContainsFunc(d.spans[ref.Pool], func(s span) bool { return s.cidr != ref.CIDR && s.cidr.Overlaps(ref.CIDR) })
 }
 
 // claims checks each claim against its pool and its node's object.
