@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui image clean
+.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui bench-storage image clean
 
 all: build
 
@@ -128,6 +128,13 @@ bench-controller: build kube-apiserver
 # chromium package), a live ADD and the first answers after a DEL.
 bench-webui:
 	$(GO) run ./test/bench/webui -nodes 5000 -pods 110
+
+# Allocation on the v2 storage contract on a bbolt file, embedded etcd and a
+# kube-apiserver, against today's allocator on the same etcd, cold (a
+# process per operation) and warm (a long-lived process), with ratios.
+BENCH_STORAGE_FLAGS ?=
+bench-storage: kube-apiserver
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) run ./test/bench/storage $(BENCH_STORAGE_FLAGS)
 
 # The container image as an OCI layout in bin/oci, built without a container
 # daemon (static binaries in /usr/local/bin; see deploy/Dockerfile).
