@@ -114,23 +114,12 @@ type state struct {
 }
 
 func readState(ctx context.Context, store kv.Store, plan *Plan) (*state, error) {
-	st := &state{poolPresent: map[string]bool{}, entries: map[string]kv.KeyValue{}}
+	st := &state{entries: map[string]kv.KeyValue{}}
 	pools, err := allocator.New(store, nil).Pools(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range plan.Pools {
-		for _, q := range pools {
-			switch {
-			case q.Name == p.Name && q.CIDR == p.CIDR && q.BlockSize == p.BlockSize:
-				st.poolPresent[p.Name] = true
-			case q.Name == p.Name:
-				st.conflicts = append(st.conflicts, fmt.Sprintf("pool %s exists as %s with /%d blocks; the import needs %s with /%d blocks", p.Name, q.CIDR, q.BlockSize, p.CIDR, p.BlockSize))
-			case q.CIDR.Overlaps(p.CIDR):
-				st.conflicts = append(st.conflicts, fmt.Sprintf("pool %s (%s) overlaps the imported pool %s (%s): both could hand out the same address", q.Name, q.CIDR, p.Name, p.CIDR))
-			}
-		}
-	}
+	st.poolPresent, st.conflicts = comparePools(pools, plan.Pools)
 	var keys []string
 	for _, b := range plan.Blocks {
 		keys = append(keys, allocator.BlockKey(b.Pool, b.CIDR))
@@ -165,6 +154,26 @@ func readState(ctx context.Context, store kv.Store, plan *Plan) (*state, error) 
 		}
 	}
 	return st, nil
+}
+
+// comparePools compares the stored pools with the imported ones: a pool of
+// the same name, CIDR and block size is present; the same name otherwise,
+// or another name overlapping, is a conflict.
+func comparePools(stored, imported []ipam.Pool) (present map[string]bool, conflicts []string) {
+	present = map[string]bool{}
+	for _, p := range imported {
+		for _, q := range stored {
+			switch {
+			case q.Name == p.Name && q.CIDR == p.CIDR && q.BlockSize == p.BlockSize:
+				present[p.Name] = true
+			case q.Name == p.Name:
+				conflicts = append(conflicts, fmt.Sprintf("pool %s exists as %s with /%d blocks; the import needs %s with /%d blocks", p.Name, q.CIDR, q.BlockSize, p.CIDR, p.BlockSize))
+			case q.CIDR.Overlaps(p.CIDR):
+				conflicts = append(conflicts, fmt.Sprintf("pool %s (%s) overlaps the imported pool %s (%s): both could hand out the same address", q.Name, q.CIDR, p.Name, p.CIDR))
+			}
+		}
+	}
+	return present, conflicts
 }
 
 // blockConflicts compares a stored block with the imported one: the same
