@@ -82,14 +82,28 @@ func readView(ctx context.Context, s store.Store) (*view, error) {
 	default:
 		return nil, fmt.Errorf("consistency: list pools: %w", err)
 	}
-	if err := v.readClaims(ctx, s); err != nil {
-		return nil, err
+	cs, err := s.ListClaims(ctx, store.ClaimSelector{})
+	switch {
+	case err == nil:
+		v.claimsListed = true
+		for _, c := range cs {
+			v.addClaim(c)
+		}
+	case errors.Is(err, store.ErrCorrupt):
+		v.listCorrupt("claims", err)
+	default:
+		return nil, fmt.Errorf("consistency: list claims: %w", err)
 	}
 	if err := v.readNodes(ctx, s); err != nil {
 		return nil, err
 	}
 	if !v.poolsListed {
 		if err := v.readNamedPools(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	if !v.claimsListed {
+		if err := v.readPoolClaims(ctx, s); err != nil {
 			return nil, err
 		}
 	}
@@ -108,22 +122,23 @@ func (v *view) addClaim(c store.Claim) {
 	}
 }
 
-// readClaims lists every claim, or, when one cannot be decoded, the claims
-// of each known pool on its own.
-func (v *view) readClaims(ctx context.Context, s store.Store) error {
-	cs, err := s.ListClaims(ctx, store.ClaimSelector{})
-	switch {
-	case err == nil:
-		v.claimsListed = true
-		for _, c := range cs {
-			v.addClaim(c)
-		}
-		return nil
-	case !errors.Is(err, store.ErrCorrupt):
-		return fmt.Errorf("consistency: list claims: %w", err)
+// readPoolClaims lists, when the list of every claim failed, the claims
+// of each pool known (stored, or named by a node object's block) on its
+// own, and reads the node objects they name that were not read yet.
+func (v *view) readPoolClaims(ctx context.Context, s store.Store) error {
+	names := map[string]bool{}
+	for name := range v.pools {
+		names[name] = true
 	}
-	v.listCorrupt("claims", err)
-	for _, name := range slices.Sorted(maps.Keys(v.pools)) {
+	for name := range v.badPool {
+		names[name] = true
+	}
+	for _, n := range v.nodes {
+		for _, b := range n.Blocks {
+			names[b.Pool] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
 		cs, err := s.ListClaims(ctx, store.ClaimSelector{Pool: name})
 		switch {
 		case err == nil:
@@ -138,7 +153,16 @@ func (v *view) readClaims(ctx context.Context, s store.Store) error {
 			return fmt.Errorf("consistency: list claims of pool %q: %w", name, err)
 		}
 	}
-	return nil
+	if v.nodesComplete {
+		return nil
+	}
+	var more []string
+	for _, c := range v.claims {
+		if _, ok := v.nodes[c.Node]; !ok && !v.badNode[c.Node] {
+			more = append(more, c.Node)
+		}
+	}
+	return v.readNamed(ctx, s, more)
 }
 
 // readNodes lists every node object or, when one cannot be decoded, reads
@@ -167,11 +191,18 @@ func (v *view) readNodes(ctx context.Context, s store.Store) error {
 			names = append(names, c.Node)
 		}
 	}
+	return v.readNamed(ctx, s, names)
+}
+
+// readNamed reads the node objects names lists one at a time, reporting
+// those that cannot be decoded and, unless every object is known anyway,
+// following the lenders and borrowers each names.
+func (v *view) readNamed(ctx context.Context, s store.Store, names []string) error {
 	seen := map[string]bool{}
 	for len(names) > 0 {
 		name := names[0]
 		names = names[1:]
-		if seen[name] {
+		if _, done := v.nodes[name]; seen[name] || done || v.badNode[name] {
 			continue
 		}
 		seen[name] = true
