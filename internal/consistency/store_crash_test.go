@@ -41,16 +41,22 @@ var h1 = handle("n1", "c1")
 
 var crashScenarios = []crashScenario{
 	{
-		name:   "first dual-stack ADD on a node",
-		setup:  func(*testing.T, store.Store) {},
-		op:     func(ctx context.Context, a *allocator.StoreAllocator) error { _, err := a.Allocate(ctx, dualReq(h1, tp4, tp6)); return err },
+		name:  "first dual-stack ADD on a node",
+		setup: func(*testing.T, store.Store) {},
+		op: func(ctx context.Context, a *allocator.StoreAllocator) error {
+			_, err := a.Allocate(ctx, dualReq(h1, tp4, tp6))
+			return err
+		},
 		writes: 3, // claim v4, claim v6, node object
 		left:   map[int][]string{1: {"claim-without-block"}, 2: {"claim-without-block", "claim-without-block"}},
 	},
 	{
-		name:   "dual-stack ADD borrowing its IPv4 address",
-		setup:  fillIPv4,
-		op:     func(ctx context.Context, a *allocator.StoreAllocator) error { _, err := a.Allocate(ctx, dualReq(h1, tp4, tp6)); return err },
+		name:  "dual-stack ADD borrowing its IPv4 address",
+		setup: fillIPv4,
+		op: func(ctx context.Context, a *allocator.StoreAllocator) error {
+			_, err := a.Allocate(ctx, dualReq(h1, tp4, tp6))
+			return err
+		},
 		writes: 3, // claim v6, own object (v6 record, loan), lender's object
 		left:   map[int][]string{1: {"claim-without-block"}, 2: {"loan-without-record"}},
 	},
