@@ -81,7 +81,7 @@ func TestStoreCrashPoints(t *testing.T) {
 	scenarios := []struct {
 		name  string
 		setup func(t *testing.T, a prefixed) // on node-a and node-b
-		req   allocator.Request                              // node-c's ADD
+		req   allocator.Request              // node-c's ADD
 	}{
 		{"own block", func(t *testing.T, a prefixed) { mustAdd(t, a, storeReq("node-c", "first", "v6")) }, storeReq("node-c", "x", "v6")},
 		{"new claim, dual-stack", nil, storeReq("node-c", "x", "v4", "v6")},
