@@ -155,3 +155,72 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 		})
 	}
 }
+
+// TestReadChecksName: an object found under a name's object name but
+// holding another name (a hash collision, another partition's object, an
+// edited spec) is never returned as that name's.
+func TestReadChecksName(t *testing.T) {
+	st := openNode(t)
+	admin := openAdmin(t, st.Prefix())
+	ctx := ctxT(t)
+	n := dualStackNode(t, "node-b", "node-c")
+	spec, _ := store.EncodeNode(n)
+	raw, _ := json.Marshal(nodeWire{Node: "node-b", NodeSpec: spec})
+	body, _ := admin.newObject(kindNode, st.names.object("node-a"), nil, raw, "")
+	if _, err := admin.create(ctx, kindNode, st.names.object("node-a"), body); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.GetNode(ctx, "node-a"); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `holds node "node-b"`) {
+		t.Fatalf("GetNode(node-a) of an object holding node-b: %+v, %v; want ErrCorrupt", got.Name, err)
+	}
+	if _, err := st.ListNodes(ctx, store.NodeSelector{}); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("ListNodes with node-b's object under node-a's name: %v; want ErrCorrupt", err)
+	}
+	p := pool4
+	p.Name = "blue2"
+	praw, _ := store.MarshalPool(store.Pool{Spec: p})
+	body, _ = admin.newObject(kindPool, st.names.object("blue"), nil, praw, "")
+	if _, err := admin.create(ctx, kindPool, st.names.object("blue"), body); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.GetPool(ctx, "blue"); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("GetPool(blue) of an object holding blue2: %+v, %v; want ErrCorrupt", got.Spec.Name, err)
+	}
+	c := store.Claim{BlockRef: store.BlockRef{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.0/26")}, Node: "node-a"}
+	craw, _ := json.Marshal(store.ClaimSpec{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.64/26"), Node: "node-a"})
+	body, _ = admin.newObject(kindBlock, st.names.claim(c.Pool, c.CIDR), nil, craw, "")
+	if _, err := admin.create(ctx, kindBlock, st.names.claim(c.Pool, c.CIDR), body); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.GetClaim(ctx, c.BlockRef); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("GetClaim of an object holding another block: %+v, %v; want ErrCorrupt", got, err)
+	}
+	if _, err := st.ListClaims(ctx, store.ClaimSelector{}); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("ListClaims with a claim under another block's name: %v; want ErrCorrupt", err)
+	}
+}
+
+// TestOtherPartitionNotRead: an unprefixed store's pool "<prefix>.blue"
+// has the object name of pool "blue" of the store with that prefix; the
+// prefixed store does not take it for its own.
+func TestOtherPartitionNotRead(t *testing.T) {
+	st := openNode(t)
+	plain := openAdmin(t, "")
+	ctx := ctxT(t)
+	p := pool4
+	p.Name = st.Prefix() + ".blue"
+	if _, err := plain.CreatePool(ctx, store.Pool{Spec: p}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if got, err := plain.GetPool(ctx, p.Name); err == nil {
+			_ = plain.DeletePool(ctx, got)
+		}
+	}()
+	if got, err := st.GetPool(ctx, "blue"); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "partition") {
+		t.Fatalf("GetPool(blue) in partition %s of the unprefixed store's %q: %+v, %v; want ErrCorrupt naming the partition", st.Prefix(), p.Name, got.Spec.Name, err)
+	}
+	if got, err := st.ListPools(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("ListPools in partition %s: %+v, %v; want none", st.Prefix(), got, err)
+	}
+}

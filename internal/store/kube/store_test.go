@@ -230,6 +230,14 @@ func TestNodes(t *testing.T) {
 	if err := st.DeleteNode(ctx, got); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("delete at a stale version: %v, want ErrConflict", err)
 	}
+	unversioned := got
+	unversioned.Version = ""
+	if _, err := st.UpdateNode(ctx, unversioned); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update without a version: %v, want ErrConflict", err)
+	}
+	if err := st.DeleteNode(ctx, unversioned); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("delete without a version: %v, want ErrConflict", err)
+	}
 	back, err := st.GetNode(ctx, "node-a")
 	if err != nil {
 		t.Fatal(err)
