@@ -10,6 +10,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
 func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
@@ -57,7 +58,7 @@ func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
 				if err != nil || len(claims) != 1 || claims[0].CIDR != hb.IPs[0].Block {
 					t.Fatalf("node-b's claims = %+v, %v; want one of %s", claims, err, hb.IPs[0].Block)
 				}
-				if n := len(holders(t, s)); n != 4 {
+				if n := len(storetest.Holders(t, s)); n != 4 {
 					t.Fatalf("%d addresses held, want 4", n)
 				}
 			})
@@ -140,7 +141,7 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 				if l := loans(t, s); len(l) != 0 {
 					t.Fatalf("loans after release = %q", l)
 				}
-				if _, held := holders(t, s)[h.IPs[0].Addr]; held {
+				if _, held := storetest.Holders(t, s)[h.IPs[0].Addr]; held {
 					t.Fatalf("%s still held after release", h.IPs[0].Addr)
 				}
 				strict := p
@@ -199,7 +200,7 @@ func TestStoreAllocateWanted(t *testing.T) {
 		if l := loans(t, s); len(l) != 1 {
 			t.Fatalf("loans = %q, want node-b's request in node-a's block", l)
 		}
-		holders(t, s)
+		storetest.Holders(t, s)
 	})
 }
 
@@ -224,7 +225,7 @@ func TestStoreAllocateNoPool(t *testing.T) {
 		if _, err := a.Allocate(t.Context(), req); err != nil {
 			t.Fatalf("selected node: %v", err)
 		}
-		if n := len(holders(t, s)); n != 1 {
+		if n := len(storetest.Holders(t, s)); n != 1 {
 			t.Fatalf("%d addresses held, want 1", n)
 		}
 	})
@@ -246,7 +247,7 @@ func TestStoreAllocateExhausted(t *testing.T) {
 		if !errors.Is(err, allocator.ErrExhausted) || n != 30 {
 			t.Fatalf("after %d allocations: %v, want ErrExhausted after 30", n, err)
 		}
-		if got := len(holders(t, s)); got != 30 {
+		if got := len(storetest.Holders(t, s)); got != 30 {
 			t.Fatalf("%d held, want 30", got)
 		}
 	})
@@ -264,7 +265,7 @@ func TestStoreFailedAddLeavesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		before := holders(t, s)
+		before := storetest.Holders(t, s)
 		cs.failWrite = func(kind string, n store.Node) error {
 			if n.Name != "node-c" && kind == "update" {
 				return fmt.Errorf("%w: %w", store.ErrUnavailable, errInjected)
@@ -275,7 +276,7 @@ func TestStoreFailedAddLeavesNothing(t *testing.T) {
 			t.Fatalf("ADD with the lender's write failing = %v", err)
 		}
 		cs.failWrite = nil
-		if after := holders(t, s); len(after) != len(before) {
+		if after := storetest.Holders(t, s); len(after) != len(before) {
 			t.Fatalf("a failed ADD left addresses: %v", after)
 		}
 		if l := loans(t, s); len(l) != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
 // TestStoreConcurrent: several allocators (as separate processes would
@@ -63,7 +64,7 @@ func TestStoreConcurrent(t *testing.T) {
 		if len(errs) > 0 {
 			t.Fatalf("errors: %v", errs)
 		}
-		held := holders(t, s)
+		held := storetest.Holders(t, s)
 		want := 0
 		for _, r := range results {
 			for _, ip := range r.h.IPs {
@@ -94,7 +95,7 @@ func TestStoreConcurrent(t *testing.T) {
 				}
 			}
 		}
-		if h := holders(t, s); len(h) != 0 {
+		if h := storetest.Holders(t, s); len(h) != 0 {
 			t.Fatalf("after releasing everything %d addresses are held", len(h))
 		}
 		if l := loans(t, s); len(l) != 0 {
@@ -133,7 +134,7 @@ func TestStoreDeletePoolRacesAllocate(t *testing.T) {
 				if !errors.Is(poolErr, store.ErrNotFound) || len(claims) != 0 {
 					t.Fatalf("round %d: after removal: pool %v, claims %+v", round, poolErr, claims)
 				}
-				for addr, id := range holders(t, s) {
+				for addr, id := range storetest.Holders(t, s) {
 					if pool.CIDR.Contains(addr) {
 						t.Fatalf("round %d: %s of the removed pool held by %s", round, addr, id)
 					}

@@ -11,6 +11,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
 var errCrash = errors.New("process killed")
@@ -103,7 +104,7 @@ func TestStoreCrashPoints(t *testing.T) {
 					if sc.setup != nil {
 						sc.setup(t, prefixed{a, prefix})
 					}
-					before := holders(t, s)
+					before := storetest.Holders(t, s)
 					req := prefixReq(sc.req, prefix)
 					c := &crashing{Store: s, crash: crash}
 					_, err := allocator.NewStoreAllocator(c, nil).Allocate(t.Context(), req)
@@ -118,7 +119,7 @@ func TestStoreCrashPoints(t *testing.T) {
 					if !errors.Is(err, errCrash) {
 						t.Fatalf("crash at write %d: %v", crash, err)
 					}
-					after := holders(t, s)
+					after := storetest.Holders(t, s)
 					for addr, id := range before {
 						if after[addr] != id {
 							t.Fatalf("crash at write %d: %s of %s became %q", crash, addr, id, after[addr])
@@ -128,7 +129,7 @@ func TestStoreCrashPoints(t *testing.T) {
 					if _, err := fresh.Release(t.Context(), req.Handle.Node, req.Handle.ID); err != nil {
 						t.Fatalf("crash at write %d: the runtime's DEL: %v", crash, err)
 					}
-					if left := holders(t, s); len(left) != len(before) {
+					if left := storetest.Holders(t, s); len(left) != len(before) {
 						t.Fatalf("crash at write %d: after the DEL %d addresses are held, %d before the ADD", crash, len(left), len(before))
 					}
 					for _, l := range loans(t, s) {
@@ -138,7 +139,7 @@ func TestStoreCrashPoints(t *testing.T) {
 					if err != nil || len(h.IPs) != len(req.Sets) {
 						t.Fatalf("crash at write %d: ADD again = %+v, %v", crash, h, err)
 					}
-					if got := holders(t, s); len(got) != len(before)+len(h.IPs) {
+					if got := storetest.Holders(t, s); len(got) != len(before)+len(h.IPs) {
 						t.Fatalf("crash at write %d: ADD again holds %d, want %d", crash, len(got), len(before)+len(h.IPs))
 					}
 					// The DEL of a borrowed handle, killed before each write.
@@ -147,14 +148,14 @@ func TestStoreCrashPoints(t *testing.T) {
 						if _, err := allocator.NewStoreAllocator(c, nil).Release(t.Context(), req.Handle.Node, req.Handle.ID); err == nil {
 							break
 						}
-						if got := holders(t, s); len(got) < len(before) {
+						if got := storetest.Holders(t, s); len(got) < len(before) {
 							t.Fatalf("a killed DEL freed another handle's address")
 						}
 					}
 					if _, err := fresh.Release(t.Context(), req.Handle.Node, req.Handle.ID); err != nil {
 						t.Fatal(err)
 					}
-					if got := holders(t, s); len(got) != len(before) || len(loans(t, s)) != 0 {
+					if got := storetest.Holders(t, s); len(got) != len(before) || len(loans(t, s)) != 0 {
 						t.Fatalf("crash at write %d: the DEL after killed DELs left %d addresses (want %d) and loans %q", crash, len(got), len(before), loans(t, s))
 					}
 					cleanup(t, s, prefixed{fresh, prefix})
@@ -217,7 +218,7 @@ func cleanup(t *testing.T, s store.Store, a prefixed) {
 	if _, err := a.ReleaseHandles(t.Context(), func(ipam.Handle) bool { return true }); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(holders(t, s)); n != 0 {
+	if n := len(storetest.Holders(t, s)); n != 0 {
 		t.Fatalf("%d addresses held after cleanup", n)
 	}
 }

@@ -146,28 +146,6 @@ func (c *counted) CreateClaim(ctx context.Context, cl store.Claim) (store.Claim,
 	return c.Store.CreateClaim(ctx, cl)
 }
 
-// holders returns every address held in the store and its handle,
-// failing the test on an address held twice or a loan without record.
-func holders(t *testing.T, s store.Store) map[netip.Addr]string {
-	t.Helper()
-	nodes, err := s.ListNodes(t.Context(), store.NodeSelector{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[netip.Addr]string{}
-	for _, n := range nodes {
-		for _, h := range n.Handles {
-			for _, ip := range h.IPs {
-				if other, dup := out[ip.Addr]; dup {
-					t.Fatalf("%s held by %s and %s", ip.Addr, other, h.ID)
-				}
-				out[ip.Addr] = h.ID
-			}
-		}
-	}
-	return out
-}
-
 // loans returns every loan in the store as "node:handle->lender".
 func loans(t *testing.T, s store.Store) []string {
 	t.Helper()

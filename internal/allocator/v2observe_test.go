@@ -9,6 +9,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
 func observeOne(t *testing.T, a *allocator.StoreAllocator, id string) allocator.StoreObserved {
@@ -72,7 +73,7 @@ func TestStoreReleaseObserved(t *testing.T) {
 		if _, err := a.ReleaseObserved(ctx, stale); !errors.Is(err, allocator.ErrHandleChanged) {
 			t.Fatalf("ReleaseObserved of a reallocated handle = %v, want ErrHandleChanged", err)
 		}
-		if got := holders(t, s)[h2.IPs[0].Addr]; got != h2.ID {
+		if got := storetest.Holders(t, s)[h2.IPs[0].Addr]; got != h2.ID {
 			t.Fatalf("the new allocation %s is held by %q", h2.IPs[0].Addr, got)
 		}
 	})
@@ -127,7 +128,7 @@ func TestStoreTakeOver(t *testing.T) {
 		if err != nil || h.IPs[0].Addr != old.IPs[0].Addr {
 			t.Fatalf("TakeOver = %+v, %v; want %s", h, err, old.IPs[0].Addr)
 		}
-		if got := holders(t, s)[old.IPs[0].Addr]; got != h.ID {
+		if got := storetest.Holders(t, s)[old.IPs[0].Addr]; got != h.ID {
 			t.Fatalf("%s held by %q after the takeover", old.IPs[0].Addr, got)
 		}
 		if _, err := a.TakeOver(ctx, sandbox("newer"), cands[0]); !errors.Is(err, allocator.ErrHandleChanged) {

@@ -8,6 +8,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
 func TestStoreReleaseAddrAndQueries(t *testing.T) {
@@ -55,7 +56,7 @@ func TestStoreReleaseAddrAndQueries(t *testing.T) {
 		if err != nil || len(dropped) != 1 || dropped[0].ID != other.ID {
 			t.Fatalf("ReleaseHandles = %+v, %v", dropped, err)
 		}
-		if n := len(holders(t, s)); n != 0 {
+		if n := len(storetest.Holders(t, s)); n != 0 {
 			t.Fatalf("%d addresses still held", n)
 		}
 		for _, p := range []ipam.Pool{v4Pool, v6Pool} {

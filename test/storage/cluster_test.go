@@ -11,6 +11,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
 var (
@@ -97,7 +98,7 @@ func TestClusterChurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			added := time.Since(start)
-			held := holders(t, s)
+			held := storetest.Holders(t, s)
 			if len(got) != nodes*perNode || len(held) != 2*nodes*perNode {
 				t.Fatalf("%d ADDs returned, %d addresses held; want %d and %d", len(got), len(held), nodes*perNode, 2*nodes*perNode)
 			}
@@ -120,7 +121,7 @@ func TestClusterChurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%s: %d dual-stack ADDs in %v, their DELs in %v", b.name, nodes*perNode, added.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-			if h := holders(t, s); len(h) != 0 {
+			if h := storetest.Holders(t, s); len(h) != 0 {
 				t.Fatalf("%d addresses held after every DEL", len(h))
 			}
 			nodeObjs, err := s.ListNodes(ctx, store.NodeSelector{})
@@ -134,26 +135,4 @@ func TestClusterChurn(t *testing.T) {
 			}
 		})
 	}
-}
-
-// holders returns every address held in the store and its handle,
-// failing on an address held twice.
-func holders(t *testing.T, s store.Store) map[netip.Addr]string {
-	t.Helper()
-	nodes, err := s.ListNodes(t.Context(), store.NodeSelector{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[netip.Addr]string{}
-	for _, n := range nodes {
-		for _, h := range n.Handles {
-			for _, ip := range h.IPs {
-				if other, dup := out[ip.Addr]; dup {
-					t.Fatalf("%s held by %s and %s", ip.Addr, other, h.ID)
-				}
-				out[ip.Addr] = h.ID
-			}
-		}
-	}
-	return out
 }
