@@ -300,3 +300,36 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestUnchangedWriteIsNewVersion: the API server keeps the resourceVersion
+// of a PUT that changes nothing; the contract wants a new version for every
+// write (pool removal writes holders' objects unchanged as a fence: an
+// allocation that read the object before must then fail its
+// compare-and-swap). So the same content written twice gives two versions,
+// and the first is stale.
+func TestUnchangedWriteIsNewVersion(t *testing.T) {
+	st := openNode(t)
+	ctx := ctxT(t)
+	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := n
+	if n, err = st.UpdateNode(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if n.Version == before.Version {
+		t.Fatalf("an unchanged UpdateNode kept version %q", n.Version)
+	}
+	if _, err := st.UpdateNode(ctx, before); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("update at the version before the unchanged write: %v, want ErrConflict", err)
+	}
+	p, err := st.CreatePool(ctx, store.Pool{Spec: pool4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := st.UpdatePool(ctx, p)
+	if err != nil || q.Version == p.Version {
+		t.Fatalf("an unchanged UpdatePool: version %q → %q, %v; want a new version", p.Version, q.Version, err)
+	}
+}

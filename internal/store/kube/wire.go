@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -20,7 +21,18 @@ type meta struct {
 	Name            string            `json:"name"`
 	ResourceVersion string            `json:"resourceVersion,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
 }
+
+// AnnotationWrite carries a random value that every update changes. The
+// API server answers a PUT that changes nothing with the object as it
+// was, resourceVersion included; the contract wants a new version for
+// every write (pool removal writes a holder's node object unchanged so
+// that an allocation that read it before fails its compare-and-swap).
+const AnnotationWrite = "ipkeeper.io/write"
+
+// writeNonce returns a fresh AnnotationWrite value.
+func writeNonce() string { return strconv.FormatUint(rand.Uint64(), 36) }
 
 // object is one CustomResource as sent and received; the spec is the
 // contract's own encoding, decoded by the caller (so that a bad spec is
@@ -67,10 +79,14 @@ func (s *Store) newObject(k kind, name string, labels map[string]string, spec []
 	if size > maxLabelBytes {
 		return nil, fmt.Errorf("%w: %s %q: %d bytes of labels, the limit is %d", store.ErrTooLarge, k.kind, name, size, maxLabelBytes)
 	}
+	var annotations map[string]string
+	if version != "" {
+		annotations = map[string]string{AnnotationWrite: writeNonce()}
+	}
 	return json.Marshal(object{
 		APIVersion: Group + "/" + Version,
 		Kind:       k.kind,
-		Metadata:   meta{Name: name, ResourceVersion: string(version), Labels: labels},
+		Metadata:   meta{Name: name, ResourceVersion: string(version), Labels: labels, Annotations: annotations},
 		Spec:       spec,
 	})
 }
