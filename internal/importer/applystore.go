@@ -204,14 +204,29 @@ func readStoreState(ctx context.Context, s store.Store, plan *Plan, asm nodeallo
 			switch {
 			case !found:
 				present = false
-			case !sameIPs(have, want):
+			case !subsetIPs(have, want):
 				present = false
 				st.conflicts = append(st.conflicts, fmt.Sprintf("handle %s exists with addresses %s; the import gives it %s", h.ID, ipList(have), ipList(want)))
+			case !sameIPs(have, want):
+				// Part of it: what an import cut short left (a loan
+				// written before its lender's record). The import
+				// completes it.
+				present = false
 			}
 		}
 		st.handlePresent[h.ID] = present
 	}
 	return st, nil
+}
+
+// subsetIPs reports whether every address of a is in b.
+func subsetIPs(a, b []ipam.HandleIP) bool {
+	for _, x := range a {
+		if !slices.ContainsFunc(b, func(y ipam.HandleIP) bool { return x.Addr == y.Addr && x.Pool == y.Pool }) {
+			return false
+		}
+	}
+	return true
 }
 
 // importedIPs returns the addresses the import's records of handle id
