@@ -40,6 +40,7 @@ type flaws struct {
 	reuseVersions   bool // versions restart per object
 	noLimit         bool // no size limit
 	keepsInvalid    bool // stores nodes without validating them
+	noOpKeepsVer    bool // an unchanged write keeps the version (as a bare Kubernetes PUT does)
 }
 
 func newMemory(f flaws) *memory {
@@ -69,6 +70,9 @@ func write[K comparable](m *memory, ctx context.Context, objs map[K]memObj, k K,
 		return "", fmt.Errorf("%v: %w", k, store.ErrNotFound)
 	case !create && ver(old.rev) != v && !m.flaws.ignoreVersion:
 		return "", fmt.Errorf("%v: %w", k, store.ErrConflict)
+	}
+	if !create && m.flaws.noOpKeepsVer && string(old.data) == string(data) {
+		return ver(old.rev), nil
 	}
 	if create {
 		old = memObj{}
@@ -310,6 +314,7 @@ var flawsByName = map[string]flaws{
 	"reuseVersions":   {reuseVersions: true},
 	"noLimit":         {noLimit: true},
 	"keepsInvalid":    {keepsInvalid: true},
+	"noOpKeepsVer":    {noOpKeepsVer: true},
 }
 
 // TestFlawedMemory is the child half of TestSuiteCatchesFlaws.
@@ -332,6 +337,7 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 		"reuseVersions":   "NodeVersionAfterRecreate",
 		"noLimit":         "NodeTooLarge",
 		"keepsInvalid":    "NodeInvalid",
+		"noOpKeepsVer":    "NodeUnchangedUpdate",
 	}
 	for name, subtest := range want {
 		t.Run(name, func(t *testing.T) {

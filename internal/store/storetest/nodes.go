@@ -127,6 +127,29 @@ func testNodeVersionAfterRecreate(t *testing.T, s store.Store) {
 	wantErr(t, err, store.ErrConflict, "UpdateNode at the deleted object's version")
 }
 
+// testNodeUnchangedUpdate: writing an object unchanged still gives it a
+// new version, so that a writer that read it before fails — pool removal
+// writes holders' objects as a fence that way.
+func testNodeUnchangedUpdate(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	created, err := s.CreateNode(ctx, dualStackNode(t, "node-a", 2))
+	noErr(t, err, "CreateNode")
+	same, err := s.UpdateNode(ctx, created)
+	noErr(t, err, "UpdateNode unchanged")
+	if same.Version == created.Version {
+		t.Fatalf("an unchanged update kept version %q", same.Version)
+	}
+	_, err = s.UpdateNode(ctx, created)
+	wantErr(t, err, store.ErrConflict, "UpdateNode at the version before the unchanged update")
+	p, err := s.CreatePool(ctx, store.Pool{Spec: families[0].pool})
+	noErr(t, err, "CreatePool")
+	p2, err := s.UpdatePool(ctx, p)
+	noErr(t, err, "UpdatePool unchanged")
+	if p2.Version == p.Version {
+		t.Fatalf("an unchanged pool update kept version %q", p.Version)
+	}
+}
+
 // testNodeNames: node names that are no Kubernetes object name, and names
 // that map to similar ones, are distinct objects.
 func testNodeNames(t *testing.T, s store.Store) {

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeRoundTrip", testNodeRoundTrip},
 		{"NodeLifecycle", testNodeLifecycle},
 		{"NodeVersionAfterRecreate", testNodeVersionAfterRecreate},
+		{"NodeUnchangedUpdate", testNodeUnchangedUpdate},
 		{"NodeNames", testNodeNames},
 		{"NodeInvalid", testNodeInvalid},
 		{"NodeTooLarge", testNodeTooLarge},
