@@ -118,7 +118,7 @@ func kvEnv(t *testing.T) *env {
 			}
 		},
 		allocate: a.Allocate,
-		release: func(ctx context.Context, _, id string) ([]netip.Addr, error) { return a.Release(ctx, id) },
+		release:  func(ctx context.Context, _, id string) ([]netip.Addr, error) { return a.Release(ctx, id) },
 	}
 }
 
