@@ -141,6 +141,9 @@ func hasRecord(n store.Node, id string) bool {
 // (as EnsurePool does).
 func (a *StoreAllocator) requestPools(ctx context.Context, req Request) (map[string]ipam.Pool, error) {
 	pools := map[string]ipam.Pool{}
+	if err := a.prefetchPools(ctx, req.poolNames()); err != nil {
+		return nil, err
+	}
 	for _, n := range req.poolNames() {
 		var p ipam.Pool
 		var err error

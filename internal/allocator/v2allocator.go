@@ -197,3 +197,27 @@ func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ip
 	a.pools.Store(name, cachedPool{pool: p, read: a.Now()})
 	return p, nil
 }
+
+// prefetchPools reads every pool in one list when more than one of names
+// is not cached: a cold dual-stack ADD then pays one request for its
+// pools instead of one per pool.
+func (a *StoreAllocator) prefetchPools(ctx context.Context, names []string) error {
+	missing := 0
+	for _, n := range names {
+		if v, ok := a.pools.Load(n); !ok || a.Now().Sub(v.(cachedPool).read) >= a.PoolCacheTTL {
+			missing++
+		}
+	}
+	if missing < 2 {
+		return nil
+	}
+	all, err := a.store.ListPools(ctx)
+	if err != nil {
+		return storeErr(err)
+	}
+	now := a.Now()
+	for _, p := range all {
+		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: now})
+	}
+	return nil
+}
