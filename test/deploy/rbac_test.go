@@ -57,6 +57,24 @@ var grants = []struct {
 	}},
 }
 
+// datastoreGrants is what the ClusterRole ipkeeper-datastore
+// (deploy/rbac-datastore.yaml) gives both accounts: the requests of the
+// Kubernetes datastore (internal/store/kube) on its cluster-scoped CRDs,
+// so the same rows in every namespace.
+var datastoreGrants = []string{
+	"ipamblocks.ipkeeper.io [] [create delete get list]",
+	"ipamnodes.ipkeeper.io [] [create delete get list update]",
+	"ipampools.ipkeeper.io [] [create delete get list update]",
+}
+
+func init() {
+	for i, g := range grants {
+		if g.account == "ipkeeper-node" || g.account == "ipkeeper-controller" {
+			grants[i].rows = append(grants[i].rows, datastoreGrants...)
+		}
+	}
+}
+
 // canIList returns the rows `kubectl auth can-i --list` prints for user in
 // namespace, as "resource-or-URL [resourceNames] [verbs]".
 func canIList(t *testing.T, s *kubetest.Server, user, namespace string) []string {
