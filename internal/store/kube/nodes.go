@@ -38,7 +38,11 @@ func (s *Store) nodeBody(n store.Node) (name string, body []byte, err error) {
 		labels[LendsPrefix+labelValue(b)] = ""
 	}
 	name = s.names.object(n.Name)
-	body, err = s.newObject(kindNode, name, labels, raw, n.Version)
+	sum := &nodeSummary{Blocks: len(n.Blocks), Handles: len(n.Handles)}
+	for _, b := range n.Blocks {
+		sum.InUse += len(b.Owners)
+	}
+	body, err = s.newObjectSummary(kindNode, name, labels, raw, n.Version, sum)
 	return name, body, err
 }
 

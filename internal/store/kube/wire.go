@@ -42,6 +42,18 @@ type object struct {
 	Kind       string          `json:"kind"`
 	Metadata   meta            `json:"metadata"`
 	Spec       json.RawMessage `json:"spec"`
+	// Summary is what `kubectl get` shows of a node object (printer
+	// columns cannot count): recomputed from the spec on every write,
+	// never read.
+	Summary *nodeSummary `json:"summary,omitempty"`
+}
+
+// nodeSummary counts a node object's blocks, addresses in use and handle
+// records.
+type nodeSummary struct {
+	Blocks  int `json:"blocks"`
+	InUse   int `json:"inUse"`
+	Handles int `json:"handles"`
 }
 
 type objectList struct {
@@ -66,6 +78,10 @@ var (
 const listPage = 500
 
 func (s *Store) newObject(k kind, name string, labels map[string]string, spec []byte, version store.Version) ([]byte, error) {
+	return s.newObjectSummary(k, name, labels, spec, version, nil)
+}
+
+func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, spec []byte, version store.Version, sum *nodeSummary) ([]byte, error) {
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -88,6 +104,7 @@ func (s *Store) newObject(k kind, name string, labels map[string]string, spec []
 		Kind:       k.kind,
 		Metadata:   meta{Name: name, ResourceVersion: string(version), Labels: labels, Annotations: annotations},
 		Spec:       spec,
+		Summary:    sum,
 	})
 }
 
