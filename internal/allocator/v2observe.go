@@ -28,7 +28,8 @@ type ObservedPart struct {
 }
 
 // ObserveHandles lists every handle of the store, assembled from its
-// records, sorted by node then ID. An object that cannot be decoded fails
+// records (and, holding nothing, those that only a loan names), sorted by
+// node then ID. An object that cannot be decoded fails
 // the whole list (ErrCorrupt): a reconciler must not decide on a partial
 // view.
 func (a *StoreAllocator) ObserveHandles(ctx context.Context) ([]StoreObserved, error) {
@@ -60,6 +61,21 @@ func (a *StoreAllocator) ObserveHandles(ctx context.Context) ([]StoreObserved, e
 			o.Parts = append(o.Parts, ObservedPart{Object: n.Name, Record: r})
 		}
 	}
+	// Loans whose handle has no record anywhere: what an ADD killed
+	// between its writes leaves. They are handles too, holding nothing,
+	// so that GC and the controller release them like any other.
+	for _, n := range nodes {
+		for _, l := range n.Loans {
+			k := key{n.Name, l.Handle}
+			if byKey[k] != nil {
+				continue
+			}
+			o := &StoreObserved{Handle: ipam.Handle{ID: l.Handle, Node: n.Name}}
+			o.Handle.Network, o.Handle.ContainerID, o.Handle.IfName, _ = ipam.ParseHandleID(l.Handle)
+			byKey[k] = o
+			keys = append(keys, k)
+		}
+	}
 	slices.SortFunc(keys, func(x, y key) int {
 		if c := strings.Compare(x.node, y.node); c != 0 {
 			return c
@@ -86,6 +102,9 @@ func (a *StoreAllocator) ReleaseObserved(ctx context.Context, o StoreObserved) (
 	slices.SortStableFunc(parts, func(x, y ObservedPart) int {
 		return boolOrder(x.Object == o.Handle.Node) - boolOrder(y.Object == o.Handle.Node)
 	})
+	if len(parts) == 0 {
+		return nil, a.dropLoans(ctx, o.Handle)
+	}
 	var freed []netip.Addr
 	for _, p := range parts {
 		err := a.retry(ctx, "release "+o.Handle.ID, func() error {
@@ -302,4 +321,28 @@ func (a *StoreAllocator) Handles(ctx context.Context) ([]ipam.Handle, error) {
 		out[i] = o.Handle
 	}
 	return out, nil
+}
+
+// dropLoans releases a handle that only loans name (an ADD killed between
+// its writes): its loans go, unless a record of it exists by now.
+func (a *StoreAllocator) dropLoans(ctx context.Context, h ipam.Handle) error {
+	return a.retry(ctx, "release "+h.ID, func() error {
+		own, err := a.readNode(ctx, h.Node)
+		if err != nil {
+			return err
+		}
+		got, found, err := a.handleOf(ctx, own, h.ID)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			return nil
+		case len(got.IPs) > 0:
+			return fmt.Errorf("%w: handle %s holds addresses now", ErrHandleChanged, h.ID)
+		}
+		next := nodealloc.Clone(own)
+		next.Loans = slices.DeleteFunc(next.Loans, func(l store.Loan) bool { return l.Handle == h.ID })
+		_, err = a.writeNode(ctx, next)
+		return err
+	})
 }

@@ -190,3 +190,44 @@ func TestStoreFreeNodeBlocks(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreObserveLoanOnly: an ADD killed after writing its loan but
+// before the lender's record leaves a handle only a loan names; it is
+// observed (holding nothing) and released by ReleaseObserved and by
+// ReleaseHandles, so GC and the controller clean it up.
+func TestStoreObserveLoanOnly(t *testing.T) {
+	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
+	storeBackends(t, func(t *testing.T, s store.Store) {
+		a := newStoreAllocator(t, s, small)
+		ctx := t.Context()
+		for _, node := range []string{"node-a", "node-b"} {
+			if _, err := a.Allocate(ctx, storeReq(node, node, "small")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, release := range []string{"observed", "handles"} {
+			req := storeReq("node-c", "half-"+release, "small")
+			c := &crashing{Store: s, crash: 2} // the loan is written, the lender's record is not
+			if _, err := allocator.NewStoreAllocator(c, nil).Allocate(ctx, req); !errors.Is(err, errCrash) {
+				t.Fatalf("killed ADD = %v", err)
+			}
+			if l := loans(t, s); len(l) != 1 {
+				t.Fatalf("loans after the killed ADD = %q, want one", l)
+			}
+			o := observeOne(t, a, req.Handle.ID)
+			if len(o.Parts) != 0 || len(o.Handle.IPs) != 0 || o.Handle.Node != "node-c" {
+				t.Fatalf("observed the loan-only handle as %+v", o)
+			}
+			if release == "observed" {
+				if _, err := a.ReleaseObserved(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := a.ReleaseHandles(ctx, func(h ipam.Handle) bool { return h.ID == req.Handle.ID }); err != nil {
+				t.Fatal(err)
+			}
+			if l := loans(t, s); len(l) != 0 {
+				t.Fatalf("loans after releasing the loan-only handle (%s) = %q", release, l)
+			}
+		}
+	})
+}
