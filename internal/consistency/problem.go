@@ -132,7 +132,8 @@ const (
 	// names, so another node may claim the block and hand out addresses
 	// this object's records hold.
 	//
-	// Repair, when exactly one node object holds the block: the claim is
+	// Repair, when exactly one node object holds the block and no other
+	// block of its pool overlaps it: the claim is
 	// created naming that object's node (create-if-absent, so a claim
 	// created meanwhile by another node wins and the problem turns into
 	// KindClaimMismatch). Nothing is freed.

@@ -233,7 +233,18 @@ func churn(t *testing.T, s store.Store, node string, w, rounds int) []ipam.Handl
 			}
 			continue
 		}
-		got, err := newAlloc(s).Allocate(ctx, dualReq(h, tp4, tp6))
+		// Some writes are preceded by a repair, so that repairs also run
+		// exactly between an ADD's writes, not only when the scheduler
+		// happens to put them there.
+		c := newCrashing(s, -1)
+		c.before = func(string, string) {
+			if rng.IntN(4) == 0 {
+				if _, err := RepairStore(ctx, s); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		got, err := newAlloc(c).Allocate(ctx, dualReq(h, tp4, tp6))
 		switch {
 		case errors.Is(err, allocator.ErrExhausted):
 			// The pools are small; free one and go on.
