@@ -3,11 +3,13 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -24,11 +26,13 @@ type meta struct {
 	Annotations     map[string]string `json:"annotations,omitempty"`
 }
 
-// AnnotationWrite carries a random value that every update changes. The
-// API server answers a PUT that changes nothing with the object as it
-// was, resourceVersion included; the contract wants a new version for
-// every write (pool removal writes a holder's node object unchanged so
-// that an allocation that read it before fails its compare-and-swap).
+// AnnotationWrite carries a random value that every create and update
+// changes. The API server answers a PUT that changes nothing with the
+// object as it was, resourceVersion included; the contract wants a new
+// version for every write (pool removal writes a holder's node object
+// unchanged so that an allocation that read it before fails its
+// compare-and-swap). It also tells a write whose answer was lost: when
+// the object holds the value the write sent, the write was stored.
 const AnnotationWrite = "ipkeeper.io/write"
 
 // writeNonce returns a fresh AnnotationWrite value.
@@ -95,10 +99,7 @@ func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, 
 	if size > maxLabelBytes {
 		return nil, fmt.Errorf("%w: %s %q: %d bytes of labels, the limit is %d", store.ErrTooLarge, k.kind, name, size, maxLabelBytes)
 	}
-	var annotations map[string]string
-	if version != "" {
-		annotations = map[string]string{AnnotationWrite: writeNonce()}
-	}
+	annotations := map[string]string{AnnotationWrite: writeNonce()}
 	return json.Marshal(object{
 		APIVersion: Group + "/" + Version,
 		Kind:       k.kind,
@@ -156,7 +157,7 @@ func (s *Store) get(ctx context.Context, k kind, name string) (*object, error) {
 func (s *Store) create(ctx context.Context, k kind, name string, body []byte) (store.Version, error) {
 	raw, err := do(ctx, s.rc.Post().Resource(k.resource).Body(body))
 	if err != nil {
-		return "", mapErr(what(k, name), err)
+		return s.resolve(ctx, k, name, body, err)
 	}
 	return versionOf(k, name, raw)
 }
@@ -166,9 +167,34 @@ func (s *Store) create(ctx context.Context, k kind, name string, body []byte) (s
 func (s *Store) update(ctx context.Context, k kind, name string, body []byte) (store.Version, error) {
 	raw, err := do(ctx, s.rc.Put().Resource(k.resource).Name(name).Body(body))
 	if err != nil {
-		return "", mapErr(what(k, name), err)
+		return s.resolve(ctx, k, name, body, err)
 	}
 	return versionOf(k, name, raw)
+}
+
+// resolve answers a create or update that failed with err. When no answer
+// came (a transport error: the write may have been stored) and the
+// context is still live, it reads the object back: holding the write's
+// AnnotationWrite value, it is the write's result, and its version is
+// returned. Otherwise the mapped error is returned — ErrUnavailable when
+// the outcome stays unknown (not stored, or stored and written over since).
+func (s *Store) resolve(ctx context.Context, k kind, name string, body []byte, err error) (store.Version, error) {
+	mapped := mapErr(what(k, name), err)
+	var st apierrors.APIStatus
+	if errors.As(err, &st) || ctx.Err() != nil {
+		return "", mapped
+	}
+	var sent struct {
+		Metadata meta `json:"metadata"`
+	}
+	if json.Unmarshal(body, &sent) != nil || sent.Metadata.Annotations[AnnotationWrite] == "" {
+		return "", mapped
+	}
+	o, gerr := s.get(ctx, k, name)
+	if gerr != nil || o.Metadata.Annotations[AnnotationWrite] != sent.Metadata.Annotations[AnnotationWrite] || o.Metadata.ResourceVersion == "" {
+		return "", fmt.Errorf("%w (outcome unknown)", mapped)
+	}
+	return store.Version(o.Metadata.ResourceVersion), nil
 }
 
 func versionOf(k kind, name string, raw []byte) (store.Version, error) {
