@@ -24,7 +24,7 @@ import (
 // imageBinaries are the image's commands: what the manifests' containers
 // run, the plugin the installer copies (--plugin) and ipkeeperctl, which
 // the README runs from the image for `ipkeeperctl import`.
-var imageBinaries = []string{"ipkeeper", "ipkeeper-controller", "ipkeeper-install", "ipkeeperctl"}
+var imageBinaries = []string{"ipkeeper", "ipkeeper-agent", "ipkeeper-controller", "ipkeeper-install", "ipkeeperctl"}
 
 // manifestPaths returns every image path the manifests execute or copy:
 // each container's command[0] and the installer's --plugin.

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,8 +79,8 @@ func TestManifestWiring(t *testing.T) {
 		if spec.ServiceAccountName != "ipkeeper-node" || !spec.HostNetwork {
 			t.Errorf("serviceAccountName %q hostNetwork %v, want ipkeeper-node and true (the node has no pod network yet)", spec.ServiceAccountName, spec.HostNetwork)
 		}
-		if len(spec.Containers) != 1 {
-			t.Fatalf("%d containers, want 1", len(spec.Containers))
+		if len(spec.Containers) != 2 || spec.Containers[0].Name != "install" || spec.Containers[1].Name != "agent" {
+			t.Fatalf("containers %v, want install and agent", containerNames(spec))
 		}
 		c := spec.Containers[0]
 		if c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil || *c.SecurityContext.RunAsUser != 0 {
@@ -110,6 +111,47 @@ func TestManifestWiring(t *testing.T) {
 		}
 	})
 
+	t.Run("agent", func(t *testing.T) {
+		spec := ds.Spec.Template.Spec
+		if len(spec.Containers) < 2 {
+			t.Fatal("no agent container")
+		}
+		c := spec.Containers[1]
+		if c.SecurityContext == nil || c.SecurityContext.RunAsUser == nil || *c.SecurityContext.RunAsUser != 0 {
+			t.Error("the agent must run as root (uid 0) explicitly: its socket is root's, 0600, for the plugin, which runs as root")
+		}
+		socket, ok := flagValue(c.Args, "socket")
+		if !ok {
+			t.Fatal("the agent has no --socket")
+		}
+		_, data := shippedConflist(t)
+		var raw conflistKubernetes
+		if err := json.Unmarshal(data, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if len(raw.Plugins) == 0 || raw.Plugins[0].IPAM.Kubernetes.AgentSocket != socket {
+			t.Errorf("the config list's ipam.kubernetes.agentSocket is not the agent's --socket=%s: %+v", socket, raw.Plugins)
+		}
+		// The plugin runs on the host: the socket's directory must be the
+		// same path on the host as in the container.
+		v, rel := mountedFile(t, spec, c, path.Dir(socket))
+		if v.HostPath == nil || v.HostPath.Path != path.Dir(socket) || rel != "." {
+			t.Errorf("%s is not a hostPath mount of the host's %s (volume %+v)", path.Dir(socket), path.Dir(socket), v.VolumeSource)
+		}
+		if e := envVar(c, "NODE_NAME"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+			t.Error("the agent's NODE_NAME is not the downward API's spec.nodeName")
+		}
+		p := c.ReadinessProbe
+		if p == nil || p.Exec == nil || len(p.Exec.Command) == 0 || p.Exec.Command[0] != c.Command[0] ||
+			!slices.Contains(p.Exec.Command, "--probe") || !slices.Contains(p.Exec.Command, "--socket="+socket) {
+			t.Errorf("readiness probe %+v, want %s --probe --socket=%s", p, c.Command, socket)
+		}
+		help := helpText(t, static(t, "cmd/ipkeeper-agent"))
+		for _, a := range append(slices.Clone(c.Args), p.Exec.Command[1:]...) {
+			checkFlag(t, "ipkeeper-agent", help, a)
+		}
+	})
+
 	t.Run("config list", func(t *testing.T) {
 		key, data := shippedConflist(t)
 		f := filepath.Join(t.TempDir(), key)
@@ -128,15 +170,7 @@ func TestManifestWiring(t *testing.T) {
 				t.Errorf("datastore TLS file %s is not where the installer copies the Secret (/etc/cni/net.d/ipkeeper-tls)", p)
 			}
 		}
-		var raw struct {
-			Plugins []struct {
-				IPAM struct {
-					Kubernetes struct {
-						Kubeconfig string `json:"kubeconfig"`
-					} `json:"kubernetes"`
-				} `json:"ipam"`
-			} `json:"plugins"`
-		}
+		var raw conflistKubernetes
 		if err := json.Unmarshal(data, &raw); err != nil {
 			t.Fatal(err)
 		}
@@ -194,6 +228,26 @@ func TestManifestWiring(t *testing.T) {
 			checkFlag(t, "ipkeeper-controller", help, a)
 		}
 	})
+}
+
+// conflistKubernetes is the config list's ipam.kubernetes.
+type conflistKubernetes struct {
+	Plugins []struct {
+		IPAM struct {
+			Kubernetes struct {
+				Kubeconfig  string `json:"kubeconfig"`
+				AgentSocket string `json:"agentSocket"`
+			} `json:"kubernetes"`
+		} `json:"ipam"`
+	} `json:"plugins"`
+}
+
+func containerNames(spec corev1.PodSpec) []string {
+	var out []string
+	for _, c := range spec.Containers {
+		out = append(out, c.Name)
+	}
+	return out
 }
 
 func envVar(c corev1.Container, name string) *corev1.EnvVar {
