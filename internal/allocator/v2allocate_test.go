@@ -304,3 +304,44 @@ func TestStoreEnsurePoolConflict(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreReleaseReportsEveryAttempt: a DEL that frees a lender's part,
+// then conflicts on its own object and retries, still reports the
+// lender's address among those it freed.
+func TestStoreReleaseReportsEveryAttempt(t *testing.T) {
+	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
+	storeBackends(t, func(t *testing.T, s store.Store) {
+		cs := &counted{Store: s}
+		a := newStoreAllocator(t, cs, small, v6Pool)
+		for _, node := range []string{"node-a", "node-b"} {
+			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := a.Allocate(t.Context(), storeReq("node-c", "c", "small", "v6"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conflicted := false
+		cs.failWrite = func(kind string, n store.Node) error {
+			if n.Name == "node-c" && !conflicted {
+				conflicted = true
+				return fmt.Errorf("injected: %w", store.ErrConflict)
+			}
+			return nil
+		}
+		freed, err := a.Release(t.Context(), "node-c", h.ID)
+		if err != nil || !conflicted {
+			t.Fatalf("Release = %v (conflict injected: %v)", err, conflicted)
+		}
+		if !slices.Equal(sortedAddrList(freed), sortedAddrs(h.IPs)) {
+			t.Fatalf("Release reported %v, the handle held %v", freed, h.IPs)
+		}
+	})
+}
+
+func sortedAddrList(as []netip.Addr) []netip.Addr {
+	out := slices.Clone(as)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}

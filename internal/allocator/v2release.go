@@ -24,33 +24,37 @@ func (a *StoreAllocator) Release(ctx context.Context, node, id string) ([]netip.
 	defer a.lockNode(node)()
 	var freed []netip.Addr
 	err := a.retry(ctx, "release "+id, func() error {
-		var err error
-		freed, err = a.release(ctx, node, id)
+		// An attempt that freed a lender's part and then conflicted on the
+		// node's own object keeps what it freed: the retry does not find
+		// that part again.
+		got, err := a.release(ctx, node, id)
+		freed = append(freed, got...)
 		return err
 	})
 	return freed, err
 }
 
-func (a *StoreAllocator) release(ctx context.Context, node, id string) ([]netip.Addr, error) {
+// release frees what it can of handle id and returns what it freed, also
+// when it then fails.
+func (a *StoreAllocator) release(ctx context.Context, node, id string) (freed []netip.Addr, err error) {
 	own, err := a.readNode(ctx, node)
 	if err != nil {
 		return nil, err
 	}
-	var freed []netip.Addr
 	for _, l := range own.LendersOf(id) {
 		ln, err := a.store.GetNode(ctx, l)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, storeErr(err)
+			return freed, storeErr(err)
 		}
 		if r, ok := ln.Handle(id); !ok || r.Node != node {
 			continue
 		}
 		ln, ips := nodealloc.Release(ln, id)
 		if _, err := a.writeNode(ctx, ln); err != nil {
-			return nil, err
+			return freed, err
 		}
 		freed = append(freed, addrs(ips)...)
 	}
@@ -61,7 +65,7 @@ func (a *StoreAllocator) release(ctx context.Context, node, id string) ([]netip.
 		return freed, nil
 	}
 	if _, err := a.writeNode(ctx, next); err != nil {
-		return nil, err
+		return freed, err
 	}
 	return append(addrs(ips), freed...), nil
 }
