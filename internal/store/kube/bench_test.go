@@ -73,8 +73,9 @@ func BenchmarkOps(b *testing.B) {
 		}
 	})
 	b.Run("CreateClaim", func(b *testing.B) {
+		pool := "green" + strconv.FormatInt(partitions.Add(1), 10) // a fresh pool per run (-count)
 		for i := 0; b.Loop(); i++ {
-			c := store.Claim{BlockRef: store.BlockRef{Pool: "green", CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 10), byte(i >> 2), byte(64 * (i % 4))}), 26)}, Node: "node-a"}
+			c := store.Claim{BlockRef: store.BlockRef{Pool: pool, CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 10), byte(i >> 2), byte(64 * (i % 4))}), 26)}, Node: "node-a"}
 			if _, err := st.CreateClaim(ctx, c); err != nil {
 				b.Fatal(err)
 			}
