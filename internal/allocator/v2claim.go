@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -109,4 +110,55 @@ func (a *StoreAllocator) createClaim(ctx context.Context, p ipam.Pool, cidr neti
 		return store.Claim{}, errors.Join(why, fmt.Errorf("returning the claim of %s: %w", cidr, err))
 	}
 	return store.Claim{}, why
+}
+
+// AdoptClaims adds to node's object every block the node has claimed but
+// does not hold (an ADD killed after its claim, before its object's
+// write), empty, as the node's next ADD would: only the node a claim
+// names keeps its block's state, so such a block holds nothing. Claims of
+// pools that are gone or being removed, or that are no block of their
+// pool, are left to pool removal and the checker. GC runs it for its
+// node, so that after a GC the checker finds the node's state whole. It
+// returns the blocks it adopted.
+func (a *StoreAllocator) AdoptClaims(ctx context.Context, node string) ([]store.BlockRef, error) {
+	if err := store.ValidName("node", node); err != nil {
+		return nil, err
+	}
+	defer a.lockNode(node)()
+	var adopted []store.BlockRef
+	err := a.retry(ctx, "adopt claims of node "+node, func() error {
+		adopted = nil
+		claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Node: node})
+		if err != nil {
+			return err
+		}
+		own, err := a.readNode(ctx, node)
+		if err != nil {
+			return err
+		}
+		next := own
+		for _, c := range claims {
+			if _, held := own.Block(c.BlockRef); held {
+				continue
+			}
+			p, err := a.Pool(ctx, c.Pool)
+			if errors.Is(err, ErrPoolNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if p.Deleting || c.CIDR.Bits() != p.BlockSize || !p.CIDR.Contains(c.CIDR.Addr()) {
+				continue
+			}
+			next = nodealloc.AddBlock(next, p, c.CIDR)
+			adopted = append(adopted, c.BlockRef)
+		}
+		if len(adopted) == 0 {
+			return nil
+		}
+		_, err = a.writeNode(ctx, next)
+		return err
+	})
+	return adopted, err
 }
