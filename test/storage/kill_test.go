@@ -230,4 +230,3 @@ func runKilled(t *testing.T, bin string, args []string, d time.Duration) ([]stri
 	}
 	return ids, killed
 }
-
