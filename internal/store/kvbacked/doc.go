@@ -9,21 +9,36 @@
 // Every key is relative to the kv.Store (etcd adds its prefix). Keys and
 // values stay inside this package; callers see typed objects only.
 //
-//	pools/<pool>                       ipam.Pool JSON (store.MarshalPool), exactly
-//	                                   what the first layout wrote, so pool
-//	                                   definitions carry over unchanged
+//	pools2/<pool>                      ipam.Pool JSON (store.MarshalPool), exactly
+//	                                   what the first layout wrote under pools/
 //	claims/<pool>/<block>              store.ClaimSpec JSON
 //	nodeclaims/<node>/<pool>/<block>   the same JSON: the claim indexed by node
 //	nodes/<node>                       store.MarshalNode JSON (store.NodeSpec)
 //	lends/<borrower>/<lender>          empty: lender's object may lend to borrower
-//	meta/layout                        "2" once Migrate has converted a first-layout store
+//	meta/layout                        "2" once Migrate has run (see ReadLayout)
+//	meta/converted                     the highest version Migrate's read saw
 //
 // <block> is the CIDR with its "/" replaced by "-" (10.0.0.64-26,
 // fd00::40-122), as the first layout named blocks. Pool and node names
 // never hold "/" (store.ValidName), so every prefix above names exactly
 // one pool, node or borrower. None of these prefixes is a prefix of the
-// first layout's blocks/, affinity/ or handles/ keys, which this package
-// never writes (Migrate reads them and, at its end, deletes them).
+// first layout's pools/, blocks/, affinity/ or handles/ keys, or the other
+// way round.
+//
+// # The first layout and the upgrade fence
+//
+// The first layout's keys are only read and written by Migrate. Its
+// blocks/, affinity/ and handles/ keys are converted and then deleted.
+// Its pools/<pool> keys are never deleted: Migrate copies each to
+// pools2/<pool> and marks it Deleting in one transaction (fence.go), before
+// it reads what it converts. A plugin of the earlier version still running
+// on a node not yet upgraded guards every allocation by its pools' versions
+// and allocates from no pool marked Deleting, so it fails its ADD (the
+// kubelet retries until the new plugin is there) and cannot add
+// first-layout state the conversion would miss; its DELs keep working on
+// what is left of the first layout and never touch the typed keys. Keeping
+// the marked keys also keeps such a plugin from re-creating a pool its
+// config defines.
 //
 // A claim and its index key are put and deleted in one kv transaction,
 // so they exist together or not at all, and (kv.RevisionTxner: every key

@@ -74,6 +74,8 @@ type counting struct {
 	ops               [][]kv.Op
 	// beforeTxn, when set, runs before a transaction is passed on.
 	beforeTxn func(conds []kv.Cond, ops []kv.Op)
+	// afterTxn, when set, runs after a transaction returned.
+	afterTxn func(ops []kv.Op, err error)
 	// failTxn, when positive, makes that transaction (counted from 1)
 	// fail without reaching the store, as if the process died before it.
 	failTxn int
@@ -107,7 +109,7 @@ func (c *counting) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op
 	c.mu.Lock()
 	c.txns++
 	c.ops = append(c.ops, ops)
-	hook, crash := c.beforeTxn, c.failTxn > 0 && c.txns == c.failTxn
+	hook, after, crash := c.beforeTxn, c.afterTxn, c.failTxn > 0 && c.txns == c.failTxn
 	c.mu.Unlock()
 	if crash {
 		return 0, errCrash
@@ -115,7 +117,11 @@ func (c *counting) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op
 	if hook != nil {
 		hook(conds, ops)
 	}
-	return kv.TxnRevision(ctx, c.Store, conds, ops)
+	rev, err := kv.TxnRevision(ctx, c.Store, conds, ops)
+	if after != nil {
+		after(ops, err)
+	}
+	return rev, err
 }
 
 func (c *counting) Limits() kv.Limits {

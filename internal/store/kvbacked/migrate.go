@@ -14,9 +14,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// The first layout's prefixes (internal/allocator/keys.go): pools/ is
-// shared with this layout; the others are converted and, at the end,
-// deleted.
+// The first layout's prefixes (internal/allocator/keys.go) besides pools/
+// (v1PoolPrefix, fence.go): converted and, at the end, deleted.
 const (
 	v1BlockPrefix    = "blocks/"
 	v1AffinityPrefix = "affinity/"
@@ -65,6 +64,9 @@ type Report struct {
 	// Strays are addresses a handle listed that its block did not give to
 	// it; they are left out of the handle's record.
 	Strays []string
+	// Pools counts the first-layout pools copied to the typed pools by
+	// the fence; Fenced the first-layout pool keys it marked Deleting.
+	Pools, Fenced int
 	// Deleted counts the first-layout keys deleted.
 	Deleted int
 	// Late lists first-layout keys written after the conversion read them,
@@ -74,30 +76,45 @@ type Report struct {
 
 // Migrate converts a store written by the first layout (pools/, blocks/,
 // affinity/, handles/) into this package's typed objects, then deletes the
-// first layout's blocks, affinities and handles (pool definitions are
-// shared and stay). It is idempotent and resumable:
+// first layout's blocks, affinities and handles. It is idempotent and
+// resumable:
 //
-//  1. one consistent read of the whole store (kv List at one revision);
-//  2. the converted objects are a function of the first-layout keys
+//  1. the fence (see fence): every first-layout pool is copied as it is
+//     to the typed pools, in the same transaction as its first-layout key
+//     is marked Deleting, guarded by its version. From here on no process
+//     of the earlier version can allocate (its allocator guards every
+//     allocation by its pools' versions and refuses pools marked
+//     Deleting), while its releases still work on the first layout;
+//  2. one consistent read of the whole store (kv List at one revision),
+//     after the fence;
+//  3. the converted objects are a function of the first-layout keys
 //     alone: node objects, claims and lends keys are put (or, left by an
 //     earlier run that read other first-layout keys, deleted) per node in
 //     transactions within kv.Limits, each guarded by the versions read,
 //     first-layout keys untouched — a crash leaves them to convert again;
-//  3. the first-layout keys are read again; when any changed since step 1
-//     the conversion starts over (at most 3 times);
-//  4. meta/layout = "2" and meta/converted = the highest version read,
+//  4. the first-layout keys are read again; when any changed since step 2
+//     (a release by the earlier version) or a pool is no longer fenced,
+//     the conversion starts over;
+//  5. meta/layout = "2" and meta/converted = the highest version read,
 //     in one transaction: from here on the typed objects are the truth;
-//  5. the first-layout keys are deleted in bounded transactions, each
+//  6. the first-layout keys are deleted in bounded transactions, each
 //     guarded by its version, only those at most meta/converted (a rerun
 //     after a crash continues here); later ones are reported (ErrLateWrite).
+//     The first layout's pool keys stay, marked: they are the fence.
 //
-// Until step 4 nothing may use the typed objects: the allocator opens the
-// store through Migrate. Processes of the earlier version must not write
-// meanwhile (the installer replaces the plugin first); a write caught in
-// step 3 restarts the conversion, one after it is reported in step 5.
+// A failed condition anywhere (a concurrent Migrate, a release of the
+// earlier version) starts over from a new read, at most 5 times, then
+// fails with store.ErrConflict. A store holding no first-layout key is
+// only marked (step 5), or, when it is empty, left unwritten.
+//
+// Until step 5 nothing may use the typed objects: the datastore opens the
+// store through Migrate (datastore.OpenStore).
 func Migrate(ctx context.Context, s kv.Store) (Report, error) {
-	for range 3 {
+	var pools, fenced int // the fence's writes, over every attempt
+	for range 5 {
 		rep, again, err := migrateOnce(ctx, s)
+		pools, fenced = pools+rep.Pools, fenced+rep.Fenced
+		rep.Pools, rep.Fenced = pools, fenced
 		if err != nil || !again {
 			return rep, err
 		}
@@ -106,9 +123,68 @@ func Migrate(ctx context.Context, s kv.Store) (Report, error) {
 }
 
 func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err error) {
+	all, snap, maxv, err := readAll(ctx, s, "migrate: read the store")
+	if err != nil {
+		return rep, false, err
+	}
+	if m, ok := snap[layoutKey]; ok && string(m.Value) == layoutV2 {
+		converted, _ := strconv.ParseInt(string(snap[convertedKey].Value), 10, 64)
+		again, err := deleteV1(ctx, s, all, converted, &rep)
+		rep.Done = rep.Deleted == 0 && len(rep.Late) == 0
+		return rep, again, err
+	}
+	if !slices.ContainsFunc(all, func(e kv.KeyValue) bool { return isV1(e.Key) || strings.HasPrefix(e.Key, v1PoolPrefix) }) {
+		if len(all) == 0 {
+			// An empty store: nothing to convert, and nothing is written.
+			rep.Done = true
+			return rep, false, nil
+		}
+		// Typed objects only (written before any marker): mark them.
+		again, err := conflicted("migrate: write the layout marker", writeMarker(ctx, s, snap, maxv))
+		return rep, again, err
+	}
+	// 1. The fence, then the consistent read after it.
+	n, err := fence(ctx, s, snap, &rep)
+	if err != nil {
+		again, err := conflicted("migrate: fence the first layout's pools", err)
+		return rep, again, err
+	}
+	if n > 0 {
+		if all, snap, maxv, err = readAll(ctx, s, "migrate: read the store after the fence"); err != nil {
+			return rep, false, err
+		}
+		if !fenced(snap) {
+			return rep, true, nil
+		}
+	}
+	target, err := convert(all, &rep)
+	if err != nil {
+		return rep, false, err
+	}
+	if err := apply(ctx, s, snap, target, &rep); err != nil {
+		again, err := conflicted("migrate: write converted objects", err)
+		return rep, again, err
+	}
+	now, nowSnap, _, err := readAll(ctx, s, "migrate: read the store again")
+	if err != nil {
+		return rep, false, err
+	}
+	if !sameV1(all, now) || !fenced(nowSnap) {
+		return rep, true, nil
+	}
+	if again, err := conflicted("migrate: write the layout marker", writeMarker(ctx, s, snap, maxv)); err != nil || again {
+		return rep, again, err
+	}
+	again, err = deleteV1(ctx, s, now, maxv, &rep)
+	return rep, again, err
+}
+
+// readAll lists the whole store: its entries, by key, and the highest
+// version among them.
+func readAll(ctx context.Context, s kv.Store, what string) ([]kv.KeyValue, map[string]kv.KeyValue, int64, error) {
 	all, err := s.List(ctx, "")
 	if err != nil {
-		return rep, false, mapErr("migrate: read the store", err)
+		return nil, nil, 0, mapErr(what, err)
 	}
 	snap := make(map[string]kv.KeyValue, len(all))
 	var maxv int64
@@ -116,33 +192,28 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 		snap[e.Key] = e
 		maxv = max(maxv, e.Version)
 	}
-	if m, ok := snap[layoutKey]; ok && string(m.Value) == layoutV2 {
-		converted, _ := strconv.ParseInt(string(snap[convertedKey].Value), 10, 64)
-		err := deleteV1(ctx, s, all, converted, &rep)
-		rep.Done = rep.Deleted == 0 && len(rep.Late) == 0
-		return rep, false, err
-	}
-	target, err := convert(all, &rep)
-	if err != nil {
-		return rep, false, err
-	}
-	if err := apply(ctx, s, snap, target, &rep); err != nil {
-		return rep, false, err
-	}
-	now, err := s.List(ctx, "")
-	if err != nil {
-		return rep, false, mapErr("migrate: read the store again", err)
-	}
-	if !sameV1(all, now) {
-		return rep, true, nil
-	}
-	_, err = kv.TxnRevision(ctx, s, []kv.Cond{{Key: layoutKey, Version: snap[layoutKey].Version}, {Key: convertedKey, Version: snap[convertedKey].Version}},
-		[]kv.Op{{Key: layoutKey, Value: []byte(layoutV2)}, {Key: convertedKey, Value: []byte(strconv.FormatInt(maxv, 10))}})
-	if err != nil {
-		return rep, false, mapErr("migrate: write the layout marker", err)
-	}
-	return rep, false, deleteV1(ctx, s, now, maxv, &rep)
+	return all, snap, maxv, nil
 }
+
+// writeMarker writes meta/layout = "2" and meta/converted = maxv, guarded
+// by the meta keys' versions in snap.
+func writeMarker(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, maxv int64) error {
+	_, err := kv.TxnRevision(ctx, s, []kv.Cond{{Key: layoutKey, Version: snap[layoutKey].Version}, {Key: convertedKey, Version: snap[convertedKey].Version}},
+		[]kv.Op{{Key: layoutKey, Value: []byte(layoutV2)}, {Key: convertedKey, Value: []byte(strconv.FormatInt(maxv, 10))}})
+	return err
+}
+
+// conflicted maps a write's error: a failed condition (another process,
+// a concurrent Migrate included, wrote meanwhile) means "start over".
+func conflicted(what string, err error) (bool, error) {
+	if errors.Is(err, kv.ErrConflict) {
+		return true, nil
+	}
+	return false, mapErr(what, err)
+}
+
+// sortedKeys returns m's keys, sorted.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // isV1 reports whether key belongs to the first layout only.
 func isV1(key string) bool {
@@ -177,7 +248,7 @@ func apply(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, target 
 			return nil
 		}
 		if _, err := kv.TxnRevision(ctx, s, conds, ops); err != nil {
-			return mapErr("migrate: write converted objects", err)
+			return err
 		}
 		rep.Written += len(ops)
 		conds, ops = nil, nil
@@ -225,8 +296,11 @@ func isTyped(key string) bool {
 
 // deleteV1 deletes the first-layout keys of es at versions up to
 // converted, in transactions within the store's limits, each key guarded
-// by its version; later ones are reported.
-func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64, rep *Report) error {
+// by its version; later ones are reported. A key changed since es was
+// read (a concurrent Migrate deleted it, or a process of the earlier
+// version wrote it) fails its transaction: again is true, and a new read
+// starts over.
+func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64, rep *Report) (again bool, err error) {
 	lim := kv.LimitsOf(s)
 	var conds []kv.Cond
 	var ops []kv.Op
@@ -235,10 +309,7 @@ func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64
 			return nil
 		}
 		if _, err := kv.TxnRevision(ctx, s, conds, ops); err != nil {
-			if errors.Is(err, kv.ErrConflict) {
-				return fmt.Errorf("%w: migrate: %w: a first-layout key changed while it was deleted; run the migration again", ErrLateWrite, err)
-			}
-			return mapErr("migrate: delete first-layout keys", err)
+			return err
 		}
 		rep.Deleted += len(ops)
 		conds, ops = nil, nil
@@ -255,18 +326,18 @@ func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64
 		c, op := kv.Cond{Key: e.Key, Version: e.Version}, kv.Op{Key: e.Key, Delete: true}
 		if len(ops) > 0 && !lim.Fits(append(conds, c), append(ops, op)) {
 			if err := flush(); err != nil {
-				return err
+				return conflicted("migrate: delete first-layout keys", err)
 			}
 		}
 		conds, ops = append(conds, c), append(ops, op)
 	}
 	if err := flush(); err != nil {
-		return err
+		return conflicted("migrate: delete first-layout keys", err)
 	}
 	if len(rep.Late) > 0 {
-		return fmt.Errorf("%w: %d keys left in place, first %s", ErrLateWrite, len(rep.Late), rep.Late[0])
+		return false, fmt.Errorf("%w: %d keys left in place, first %s", ErrLateWrite, len(rep.Late), rep.Late[0])
 	}
-	return nil
+	return false, nil
 }
 
 // claimValue is a claim's stored value.

@@ -3,6 +3,7 @@ package kvbacked_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -222,6 +223,23 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 	}
 	if pools, err := s.ListPools(ctx); err != nil || len(pools) != 4 {
 		t.Errorf("pools after migration: %v, %v", pools, err)
+	} else {
+		for _, p := range pools {
+			if p.Spec.Deleting {
+				t.Errorf("typed pool %s marked Deleting: %+v", p.Spec.Name, p.Spec)
+			}
+		}
+	}
+	// The fence: every first-layout pool key stays, marked Deleting.
+	old := snapshot(t, kvs, "pools/")
+	if len(old) != 4 {
+		t.Errorf("first-layout pool keys after migration: %v", slices.Sorted(maps.Keys(old)))
+	}
+	for k, e := range old {
+		var p ipam.Pool
+		if err := json.Unmarshal(e.Value, &p); err != nil || !p.Deleting || p.Origin == "import" {
+			t.Errorf("first-layout pool %s not fenced: %s (%v)", k, e.Value, err)
+		}
 	}
 }
 

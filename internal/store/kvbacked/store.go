@@ -17,7 +17,7 @@ import (
 
 // Key prefixes of the layout (see the package doc).
 const (
-	poolPrefix      = "pools/"
+	poolPrefix      = "pools2/"
 	claimPrefix     = "claims/"
 	nodeClaimPrefix = "nodeclaims/"
 	nodePrefix      = "nodes/"

@@ -2,6 +2,7 @@ package kvbacked_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -45,10 +46,11 @@ func snapshot(t *testing.T, s kv.Store, prefix string) map[string]kv.KeyValue {
 	return out
 }
 
-// Pools made by today's allocator read back unchanged through GetPool and
-// ListPools; a pool the typed store updates is read by the allocator; the
-// first layout's blocks, affinities and handles are neither listed nor
-// changed by anything the typed store writes.
+// Pools made by today's allocator are not the typed store's until Migrate
+// copies them: then GetPool and ListPools read them back unchanged, the
+// first-layout pool keys are marked Deleting (the fence) and today's
+// allocator allocates from none of them; the first layout's keys are
+// neither listed nor changed by anything the typed store writes.
 func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -60,74 +62,75 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h, err := a.Allocate(ctx, allocator.Request{
-				Handle: ipam.Handle{ID: "net.c1.eth0", Network: "net", ContainerID: "c1", IfName: "eth0", Node: "node-a"},
-				Sets:   [][]string{{"v4"}}})
+			req := func(c string) allocator.Request {
+				return allocator.Request{Handle: ipam.Handle{ID: "net." + c + ".eth0", Network: "net", ContainerID: c, IfName: "eth0", Node: "node-a"},
+					Sets: [][]string{{"v4"}}}
+			}
+			h, err := a.Allocate(ctx, req("c1"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := kvbacked.New(kvs)
 			defer s.Close()
+			if listed, err := s.ListPools(ctx); err != nil || len(listed) != 0 {
+				t.Fatalf("ListPools before Migrate: %v, %v; want none", listed, err)
+			}
+			if _, err := kvbacked.Migrate(ctx, kvs); err != nil {
+				t.Fatal(err)
+			}
 			for _, want := range v1Pools {
 				got, err := s.GetPool(ctx, want.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if stored, _ := a.Pool(ctx, want.Name); !reflect.DeepEqual(got.Spec, stored) || !reflect.DeepEqual(got.Spec, want) {
-					t.Fatalf("GetPool(%s) = %+v\nthe allocator stored %+v\nfrom %+v", want.Name, got.Spec, stored, want)
+				if !reflect.DeepEqual(got.Spec, want) {
+					t.Fatalf("GetPool(%s) = %+v\nthe allocator stored %+v", want.Name, got.Spec, want)
+				}
+				if stored, _ := a.Pool(ctx, want.Name); !stored.Deleting {
+					t.Errorf("first-layout pool %s not fenced: %+v", want.Name, stored)
 				}
 			}
 			listed, err := s.ListPools(ctx)
 			if err != nil || len(listed) != len(v1Pools) {
 				t.Fatalf("ListPools: %d pools (%v), want %d", len(listed), err, len(v1Pools))
 			}
-			for _, sel := range []store.ClaimSelector{{}, {Node: "node-a"}, {Pool: "v4"}} {
-				if cs, err := s.ListClaims(ctx, sel); err != nil || len(cs) != 0 {
-					t.Fatalf("ListClaims(%+v) of a first-layout store: %v, %v; want none", sel, cs, err)
-				}
-			}
-			if ns, err := s.ListNodes(ctx, store.NodeSelector{}); err != nil || len(ns) != 0 {
-				t.Fatalf("ListNodes of a first-layout store: %v, %v; want none", ns, err)
+			if _, err := a.Allocate(ctx, req("c2")); !errors.Is(err, allocator.ErrNoPool) {
+				t.Fatalf("today's Allocate after the fence: %v, want ErrNoPool", err)
 			}
 
 			// Typed writes leave the first layout's keys alone.
 			v1 := snapshot(t, kvs, "")
-			for k := range v1 {
-				if strings.HasPrefix(k, "pools/") {
-					delete(v1, k)
-				}
-			}
 			p, _ := s.GetPool(ctx, "fd08::-64")
 			p.Spec.Disabled = false
 			if _, err := s.UpdatePool(ctx, p); err != nil {
 				t.Fatal(err)
 			}
-			if e := snapshot(t, kvs, allocator.PoolKey("fd08::-64"))[allocator.PoolKey("fd08::-64")]; string(e.Value) != string(allocator.Encode(p.Spec)) {
-				t.Fatalf("UpdatePool stored %s, the allocator writes %s", e.Value, allocator.Encode(p.Spec))
-			}
-			if got, err := a.Pool(ctx, "fd08::-64"); err != nil || got.Disabled || !reflect.DeepEqual(got, p.Spec) {
-				t.Fatalf("the allocator reads %+v (%v) after UpdatePool of %+v", got, err, p.Spec)
+			if got, err := a.Pool(ctx, "fd08::-64"); err != nil || !got.Disabled || !got.Deleting {
+				t.Fatalf("the first layout's pool reads %+v (%v) after UpdatePool of %+v", got, err, p.Spec)
 			}
 			blk := h.IPs[0].Block
-			if _, err := s.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: "v4", CIDR: blk}, Node: "node-a"}); err != nil {
-				t.Fatal(err)
+			if _, err := s.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: "v4", CIDR: blk}, Node: "node-b"}); !errors.Is(err, store.ErrExists) {
+				t.Fatalf("claim of a migrated block: %v, want ErrExists", err)
 			}
-			if _, err := s.CreateNode(ctx, lenderNode(t, "node-a", 2, "node-b")); err != nil {
+			if _, err := s.CreateNode(ctx, lenderNode(t, "node-x", 2, "node-b")); err != nil {
 				t.Fatal(err)
 			}
 			after := snapshot(t, kvs, "")
 			for k, e := range v1 {
+				if !strings.HasPrefix(k, "pools/") {
+					continue
+				}
 				if got, ok := after[k]; !ok || got.Version != e.Version || string(got.Value) != string(e.Value) {
 					t.Errorf("first-layout key %s changed by typed writes", k)
 				}
 			}
 			newKeys := 0
 			for k := range after {
-				if _, old := v1[k]; !old && !strings.HasPrefix(k, "pools/") {
+				if _, old := v1[k]; !old {
 					newKeys++
 				}
 			}
-			if newKeys != 4 { // claim, its index, node object, lends entry
+			if newKeys != 2 { // node object, lends entry
 				t.Fatalf("typed writes added %d keys: %v", newKeys, slices.Sorted(maps.Keys(after)))
 			}
 		})

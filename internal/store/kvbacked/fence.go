@@ -1,0 +1,160 @@
+package kvbacked
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// v1PoolPrefix is the first layout's pool prefix. Its keys are never
+// deleted: Migrate leaves them marked Deleting, which is the upgrade fence
+// (see fence).
+const v1PoolPrefix = "pools/"
+
+// fencedOrigin replaces a fenced first-layout pool's Origin "import": the
+// first layout's allocator lets a config redefine an imported pool (and
+// so would clear the mark); any other origin makes it refuse instead.
+const fencedOrigin = "migrated"
+
+// Layout says which layout a kv.Store holds.
+type Layout int
+
+const (
+	// LayoutUnmarked: no layout marker. The store is empty, holds the
+	// first layout, a conversion Migrate did not finish, or objects written
+	// before any marker; Migrate sorts it out.
+	LayoutUnmarked Layout = iota
+	// LayoutTyped: Migrate has run to its marker; the typed objects are
+	// the truth.
+	LayoutTyped
+)
+
+// ReadLayout tells a store's layout by one read of its marker key (one
+// Get: one round trip on etcd, a read transaction on the local file).
+func ReadLayout(ctx context.Context, s kv.Store) (Layout, error) {
+	es, err := s.Get(ctx, layoutKey)
+	if err != nil {
+		return LayoutUnmarked, mapErr("read the layout marker", err)
+	}
+	switch v := string(es[0].Value); {
+	case es[0].Version == 0:
+		return LayoutUnmarked, nil
+	case v == layoutV2:
+		return LayoutTyped, nil
+	default:
+		return LayoutUnmarked, fmt.Errorf("%w: %s holds %q, a layout this version does not know (a newer ipkeeper wrote it?)", store.ErrCorrupt, layoutKey, v)
+	}
+}
+
+// fence is the upgrade fence: every first-layout pool gets a typed copy
+// (its value as it is, under poolPrefix) and its first-layout key is
+// marked Deleting (Origin "import" becoming fencedOrigin), in transactions
+// within the store's limits, each guarded by the versions in snap — copy
+// and mark of a pool in one transaction, so a typed copy exists exactly
+// when its pool was fenced once. The first layout's allocator guards every
+// allocation by its pools' versions and allocates from no pool marked
+// Deleting, so from the fence on a process of the earlier version fails
+// its ADD (ErrNoPool, CNI 101: the kubelet retries) and no first-layout
+// allocation can commit after it. A pool fenced earlier (its typed copy
+// exists) is only marked again when something cleared its mark; changes
+// an earlier version made to a fenced pool are not carried over.
+//
+// It reports how many first-layout pool keys it wrote; kv.ErrConflict
+// (wrapped) when snap is stale.
+func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Report) (int, error) {
+	lim := kv.LimitsOf(s)
+	var conds []kv.Cond
+	var ops []kv.Op
+	written := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		if _, err := kv.TxnRevision(ctx, s, conds, ops); err != nil {
+			return err
+		}
+		conds, ops = nil, nil
+		return nil
+	}
+	for _, key := range sortedKeys(snap) {
+		if !strings.HasPrefix(key, v1PoolPrefix) {
+			continue
+		}
+		e := snap[key]
+		name := strings.TrimPrefix(key, v1PoolPrefix)
+		marked, ok, err := markedPool(e)
+		if err != nil {
+			return written, err
+		}
+		var c []kv.Cond
+		var o []kv.Op
+		tkey := poolKey(name)
+		if _, copied := snap[tkey]; !copied {
+			c = append(c, kv.Cond{Key: tkey})
+			o = append(o, kv.Op{Key: tkey, Value: e.Value})
+			rep.Pools++
+		}
+		if !ok {
+			c = append(c, kv.Cond{Key: key, Version: e.Version})
+			o = append(o, kv.Op{Key: key, Value: marked})
+			rep.Fenced++
+		}
+		if len(o) == 0 {
+			continue
+		}
+		if len(ops) > 0 && !lim.Fits(append(conds, c...), append(ops, o...)) {
+			if err := flush(); err != nil {
+				return written, err
+			}
+		}
+		conds, ops = append(conds, c...), append(ops, o...)
+		written += len(o)
+	}
+	return written, flush()
+}
+
+// markedPool returns a first-layout pool's fenced value, and whether e
+// already holds it.
+func markedPool(e kv.KeyValue) ([]byte, bool, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(e.Value, &p); err != nil || p == nil {
+		return nil, false, fmt.Errorf("%w: migrate: %s: not a pool: %v", store.ErrCorrupt, e.Key, err)
+	}
+	var deleting bool
+	var origin string
+	_ = json.Unmarshal(p["deleting"], &deleting)
+	_ = json.Unmarshal(p["origin"], &origin)
+	if deleting && origin != "import" {
+		return e.Value, true, nil
+	}
+	p["deleting"] = json.RawMessage("true")
+	if origin == "import" {
+		p["origin"] = json.RawMessage(`"` + fencedOrigin + `"`)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: migrate: %s: %v", store.ErrCorrupt, e.Key, err)
+	}
+	return b, false, nil
+}
+
+// fenced reports whether every first-layout pool of snap is fenced (its
+// typed copy exists and its key is marked).
+func fenced(snap map[string]kv.KeyValue) bool {
+	for key, e := range snap {
+		if !strings.HasPrefix(key, v1PoolPrefix) {
+			continue
+		}
+		if _, copied := snap[poolKey(strings.TrimPrefix(key, v1PoolPrefix))]; !copied {
+			return false
+		}
+		if _, ok, err := markedPool(e); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
