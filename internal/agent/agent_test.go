@@ -413,3 +413,31 @@ func describe(i *podinfo.Info) string {
 	}
 	return b.String()
 }
+
+// BenchmarkAgentLookup is one agent-mode lookup as the plugin makes it, in
+// process: a new client, one GET over the unix socket of a running agent
+// (pod, namespace and node from its caches), the answer decoded. Run with
+// go test -run x -bench AgentLookup ./internal/agent
+func BenchmarkAgentLookup(b *testing.B) {
+	s := kubetest.Require(b, srv)
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	ctx := context.Background()
+	if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-bench"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := s.Client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: corev1.PodSpec{NodeName: "node-bench", Containers: []corev1.Container{{Name: "c", Image: "x"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := agenttest.Start(b, agentBin, s.ServiceAccountKubeconfig(b, "kube-system", "ipkeeper-node"), "node-bench", true)
+	for b.Loop() {
+		c := podinfo.NewAgentClient(a.Socket)
+		if _, err := c.Lookup(ctx, "default", "bench", string(p.UID), "node-bench"); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}
