@@ -97,7 +97,7 @@ func TestCheckStoreCorruptPoolAndClaim(t *testing.T) {
 		if _, err := a.Allocate(t.Context(), dualReq(handle("n1", "c1"), tp4, tp6)); err != nil {
 			t.Fatal(err)
 		}
-		putRaw(t, s, "pools/p4", `{"name":`)
+		putRaw(t, s, "pools2/p4", `{"name":`)
 		// p6's claims stay readable: its orphan claim is still found.
 		mustClaim(t, s, blockAt(tp6, 1), "n2")
 		// The pools list and pool p4 are reported; p4's blocks are not
