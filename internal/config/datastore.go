@@ -45,6 +45,11 @@ type Datastore struct {
 	// DefaultRequestTimeout. In JSON: Go duration strings ("5s") or
 	// integer seconds.
 	DialTimeout, RequestTimeout time.Duration
+	// Kubeconfig is, for DatastoreKubernetes, the path of the kubeconfig
+	// to authenticate with (for the plugin, the one the DaemonSet writes
+	// for its ServiceAccount); empty means the in-cluster configuration.
+	// Prefix then names the store's partition (a DNS label; empty: none).
+	Kubeconfig string
 }
 
 // datastoreKeys names the sources of each Datastore field for messages.

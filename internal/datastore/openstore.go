@@ -1,0 +1,169 @@
+package datastore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/local"
+)
+
+// OpenStore opens the typed datastore (store.Store, docs/STORAGE.md) ds
+// names. shared selects the opening of long-running processes (the admin
+// CLI, the controller): without the node lock, as OpenShared; otherwise
+// it is the plugin's, under this node's lock for that datastore, as Open.
+//
+// local and etcd: the kv.Store Open or OpenShared returns (the same file
+// lock, node lock, hint directory and path checks), as kvbacked's typed
+// store. A store without the layout marker is migrated before it is
+// returned (kvbacked.Migrate: the first layout converted, or the marker
+// written for objects stored before any; an empty store is left
+// unwritten), so nothing uses the typed objects of an unconverted store.
+// Every open pays one read of the marker (one Get: one round trip on
+// etcd); only an unmarked store pays more.
+//
+// kubernetes: kube.Open with ds.Kubeconfig (empty: in-cluster) and
+// ds.Prefix as the partition; it sends nothing. A plugin open takes the
+// node lock named after the kubeconfig's path and the partition first.
+//
+// Errors: an unreachable backend or a lock not taken in time wraps
+// store.ErrUnavailable (and kv.ErrUnavailable for local and etcd); paths
+// that cannot be used safely keep their ErrBadPath messages; a kubeconfig
+// that cannot be loaded wraps kube.ErrBadConfig and names its path.
+func OpenStore(ctx context.Context, ds config.Datastore, shared bool) (store.Store, error) {
+	switch ds.Type {
+	case "", config.DatastoreLocal, config.DatastoreEtcd:
+		open := Open
+		if shared {
+			open = OpenShared
+		}
+		kvs, err := open(ctx, ds)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		s, err := openTyped(ctx, kvs)
+		if err != nil {
+			_ = kvs.Close()
+			return nil, err
+		}
+		return s, nil
+	case config.DatastoreKubernetes:
+		return openKube(ctx, ds, shared)
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrUnsupported, ds.Type)
+	}
+}
+
+// migrateAttempts bounds how often an open runs Migrate when others
+// (plugins on other nodes opening the same store) migrate meanwhile.
+const migrateAttempts = 4
+
+// openTyped returns the typed store on kvs, migrating it first when it
+// has no layout marker. A marked store costs one Get.
+func openTyped(ctx context.Context, kvs kv.Store) (*kvbacked.Store, error) {
+	for range migrateAttempts {
+		layout, err := kvbacked.ReadLayout(ctx, kvs)
+		if err != nil {
+			return nil, fmt.Errorf("datastore: %w", err)
+		}
+		if layout == kvbacked.LayoutTyped {
+			return kvbacked.New(kvs), nil
+		}
+		rep, err := kvbacked.Migrate(ctx, kvs)
+		switch {
+		case err == nil:
+			if !rep.Done {
+				slog.Default().Info("datastore: migrated the first storage layout", "nodes", rep.Nodes, "claims", rep.Claims,
+					"handles", rep.Handles, "pools", rep.Pools, "fenced", rep.Fenced, "deleted", rep.Deleted,
+					"orphans", rep.Orphans, "strays", rep.Strays, "unaffine", rep.UnaffineBlocks, "dropped", rep.DroppedBlocks)
+			}
+			return kvbacked.New(kvs), nil
+		case errors.Is(err, kvbacked.ErrLateWrite):
+			// The marker is written: the typed objects are the truth. The
+			// late first-layout keys stay for `ipkeeperctl check`.
+			slog.Default().Warn("datastore: first-layout keys written during the migration were left in place", "keys", rep.Late, "err", err)
+			return kvbacked.New(kvs), nil
+		case errors.Is(err, store.ErrConflict):
+			continue // another process migrates meanwhile: read the marker again
+		default:
+			return nil, fmt.Errorf("datastore: migrate the first storage layout: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("%w: datastore: the store kept changing while it was migrated (%d attempts)", store.ErrConflict, migrateAttempts)
+}
+
+// unavailable adds store.ErrUnavailable to a kv.ErrUnavailable error;
+// others (bad paths, bad configuration) pass unchanged.
+func unavailable(err error) error {
+	if errors.Is(err, kv.ErrUnavailable) && !errors.Is(err, store.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+// openKube opens the Kubernetes datastore; a plugin open holds the node
+// lock until Close. The kubeconfig is loaded before the lock is taken, so
+// a bad one creates nothing.
+func openKube(ctx context.Context, ds config.Datastore, shared bool) (store.Store, error) {
+	ks, err := kube.Open(kube.Config{Kubeconfig: ds.Kubeconfig, Prefix: ds.Prefix, Timeout: ds.RequestTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if shared {
+		return ks, nil
+	}
+	dir := lockDir()
+	if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
+		_ = ks.Close()
+		return nil, err
+	}
+	wait := 3 * ds.RequestTimeout
+	if wait <= 0 {
+		wait = 3 * config.DefaultRequestTimeout
+	}
+	unlock, err := nodeLock(ctx, dir, kubeLockName(ds), wait)
+	if err != nil {
+		_ = ks.Close()
+		return nil, unavailable(err)
+	}
+	return &lockedTyped{Store: ks, unlock: unlock}, nil
+}
+
+// kubeLockName names the node lock of one Kubernetes datastore: the same
+// kubeconfig path and partition always map to the same file, others to
+// other files.
+func kubeLockName(ds config.Datastore) string {
+	path := ds.Kubeconfig
+	if path != "" {
+		if abs, err := filepath.Abs(path); err == nil {
+			path = filepath.Clean(abs)
+		}
+	}
+	sum := sha256.Sum256([]byte(path + "\x00" + ds.Prefix))
+	return "kube-" + hex.EncodeToString(sum[:8]) + ".lock"
+}
+
+// lockedTyped releases the node lock when the store is closed.
+type lockedTyped struct {
+	store.Store
+	unlock func()
+}
+
+// Close closes the store and then releases the node lock.
+func (l *lockedTyped) Close() error {
+	err := l.Store.Close()
+	if l.unlock != nil {
+		l.unlock()
+		l.unlock = nil
+	}
+	return err
+}

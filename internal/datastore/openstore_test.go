@@ -1,0 +1,356 @@
+package datastore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+)
+
+var (
+	osV4   = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.20.0.0/16"), BlockSize: 26}
+	osV6   = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd20::/64"), BlockSize: 122}
+	osTiny = ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.21.0.0/28"), BlockSize: 28} // one block: others borrow
+)
+
+// kvCounter counts the calls an open makes through a real kv.Store.
+type kvCounter struct {
+	kv.Store
+	mu                sync.Mutex
+	gets, lists, txns int
+}
+
+func (c *kvCounter) count(n *int) {
+	c.mu.Lock()
+	*n++
+	c.mu.Unlock()
+}
+
+func (c *kvCounter) Get(ctx context.Context, keys ...string) ([]kv.KeyValue, error) {
+	c.count(&c.gets)
+	return c.Store.Get(ctx, keys...)
+}
+
+func (c *kvCounter) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
+	c.count(&c.lists)
+	return c.Store.List(ctx, prefix)
+}
+
+func (c *kvCounter) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
+	_, err := c.TxnRevision(ctx, conds, ops)
+	return err
+}
+
+func (c *kvCounter) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
+	c.count(&c.txns)
+	return kv.TxnRevision(ctx, c.Store, conds, ops)
+}
+
+func (c *kvCounter) Limits() kv.Limits { return kv.LimitsOf(c.Store) }
+
+func (c *kvCounter) counts() [3]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return [3]int{c.gets, c.lists, c.txns}
+}
+
+// typedBackend is a datastore of one real kv backend for OpenStore.
+type typedBackend struct {
+	name string
+	ds   func(t *testing.T) config.Datastore
+}
+
+// typedBackends are a bbolt file in a temp dir and an embedded etcd of the
+// test's own, each opened by OpenStore as the plugin (node lock under a
+// temp lock dir).
+var typedBackends = []typedBackend{
+	{"local", func(t *testing.T) config.Datastore {
+		return config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}
+	}},
+	{"etcd", func(t *testing.T) config.Datastore {
+		srv := etcdtest.ForTest(t, nil)
+		return config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/openstore",
+			RequestTimeout: 5 * time.Second}
+	}},
+}
+
+// oldHandle is what today's allocator gave one attachment.
+type oldHandle struct {
+	node string
+	ips  []ipam.HandleIP
+}
+
+// writeFirstLayout writes ds through today's kv opening and allocator:
+// dual-stack handles on two nodes, a single-stack and a dual-stack handle
+// holding an address borrowed from another node's block, and a released
+// one. It returns the live handles by ID.
+func writeFirstLayout(t *testing.T, ds config.Datastore) map[string]oldHandle {
+	t.Helper()
+	ctx := t.Context()
+	kvs, err := Open(ctx, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvs.Close()
+	a := allocator.New(kvs, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	for _, p := range []ipam.Pool{osV4, osV6, osTiny} {
+		if _, err := a.EnsurePool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := map[string]oldHandle{}
+	alloc := func(node, container string, sets ...[]string) {
+		t.Helper()
+		id := ipam.HandleID("net", container, "eth0")
+		h, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: id, Network: "net", ContainerID: container,
+			IfName: "eth0", Node: node, Namespace: "default", Pod: "pod-" + container}, Sets: sets})
+		if err != nil {
+			t.Fatalf("Allocate %s on %s: %v", container, node, err)
+		}
+		out[id] = oldHandle{node: node, ips: h.IPs}
+	}
+	dual := [][]string{{"v4"}, {"v6"}}
+	alloc("node-a", "a0", dual...)
+	alloc("node-a", "a1", dual...)
+	alloc("node-b", "b0", dual...)
+	alloc("node-a", "atiny", []string{"tiny"})                 // node-a claims tiny's only block
+	alloc("node-b", "btiny", []string{"tiny"})                 // node-b borrows from it
+	alloc("node-c", "cdual", []string{"tiny"}, []string{"v6"}) // IPv4 borrowed, IPv6 its own
+	id := ipam.HandleID("net", "a1", "eth0")
+	if _, err := a.Release(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	delete(out, id)
+	return out
+}
+
+// rawKeys returns every key of ds with its version, read through today's
+// shared opening.
+func rawKeys(t *testing.T, ds config.Datastore) map[string]int64 {
+	t.Helper()
+	kvs, err := OpenShared(t.Context(), ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvs.Close()
+	es, err := kvs.List(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, e := range es {
+		out[e.Key] = e.Version
+	}
+	return out
+}
+
+// sameIPs reports whether two lists hold the same addresses.
+func sameIPs(x, y []ipam.HandleIP) bool {
+	addrs := func(ips []ipam.HandleIP) []netip.Addr {
+		var out []netip.Addr
+		for _, ip := range ips {
+			out = append(out, ip.Addr)
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return out
+	}
+	return slices.Equal(addrs(x), addrs(y))
+}
+
+// A store written by today's allocator is migrated by the first
+// OpenStore: the v2 allocator finds every handle, borrowed addresses
+// included; a second OpenStore changes nothing (every key at the same
+// version) and costs one Get.
+func TestOpenStoreMigratesFirstLayout(t *testing.T) {
+	t.Setenv(LockDirEnv, t.TempDir())
+	for _, b := range typedBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			ds := b.ds(t)
+			want := writeFirstLayout(t, ds)
+			before := rawKeys(t, ds)
+			if _, ok := before["meta/layout"]; ok || !slices.ContainsFunc(slices.Collect(maps.Keys(before)), func(k string) bool { return strings.HasPrefix(k, "blocks/") }) {
+				t.Fatalf("not a first-layout store: %v", slices.Sorted(maps.Keys(before)))
+			}
+			s, err := OpenStore(ctx, ds, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := allocator.NewStoreAllocator(s, nil)
+			for id, h := range want {
+				got, ok, err := a.Handle(ctx, h.node, id)
+				if err != nil || !ok || !sameIPs(got.IPs, h.ips) {
+					t.Errorf("Handle(%s, %s) = %v, %v, %v; want %v", h.node, id, got.IPs, ok, err, h.ips)
+				}
+			}
+			if got, ok, err := a.Handle(ctx, "node-a", ipam.HandleID("net", "a1", "eth0")); err != nil || ok {
+				t.Errorf("released handle a1: %v, %v, %v", got, ok, err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			migrated := rawKeys(t, ds)
+			if _, ok := migrated["meta/layout"]; !ok {
+				t.Fatal("no layout marker after OpenStore")
+			}
+			for k := range migrated {
+				if strings.HasPrefix(k, "blocks/") || strings.HasPrefix(k, "handles/") || strings.HasPrefix(k, "affinity/") {
+					t.Errorf("first-layout key %s left after OpenStore", k)
+				}
+			}
+
+			// Opened again: nothing is migrated or written.
+			s, err = OpenStore(ctx, ds, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if again := rawKeys(t, ds); !maps.Equal(migrated, again) {
+				t.Fatalf("a second OpenStore changed the store:\n%v\n%v", migrated, again)
+			}
+			// The cost of an open of a migrated store: one Get.
+			kvs, err := Open(ctx, ds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &kvCounter{Store: kvs}
+			ts, err := openTyped(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.counts(); got != [3]int{1, 0, 0} {
+				t.Errorf("open of a migrated store: %d gets, %d lists, %d transactions; want 1, 0, 0", got[0], got[1], got[2])
+			}
+			ts.Close()
+		})
+	}
+}
+
+// Plugins of several nodes opening one first-layout store at once (the
+// DaemonSet's rollout) all succeed and agree: one conversion.
+func TestOpenStoreConcurrentMigration(t *testing.T) {
+	b := typedBackends[1] // etcd: opens of several processes at once
+	ctx := t.Context()
+	ds := b.ds(t)
+	want := writeFirstLayout(t, ds)
+	const opens = 6
+	var wg sync.WaitGroup
+	errs := make([]error, opens)
+	for i := range opens {
+		wg.Go(func() {
+			s, err := OpenStore(ctx, ds, true)
+			if err == nil {
+				err = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("open %d: %v", i, err)
+		}
+	}
+	s, err := OpenStore(ctx, ds, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := allocator.NewStoreAllocator(s, nil)
+	for id, h := range want {
+		if got, ok, err := a.Handle(ctx, h.node, id); err != nil || !ok || !sameIPs(got.IPs, h.ips) {
+			t.Errorf("Handle(%s, %s) = %v, %v, %v; want %v", h.node, id, got.IPs, ok, err, h.ips)
+		}
+	}
+}
+
+// OpenStore of an empty store writes nothing (it costs one Get and one
+// List); the typed store then works, and the next open marks it.
+func TestOpenStoreEmpty(t *testing.T) {
+	t.Setenv(LockDirEnv, t.TempDir())
+	for _, b := range typedBackends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			ds := b.ds(t)
+			kvs, err := Open(ctx, ds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &kvCounter{Store: kvs}
+			s, err := openTyped(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.counts(); got != [3]int{1, 1, 0} {
+				t.Errorf("open of an empty store: %d gets, %d lists, %d transactions; want 1, 1, 0", got[0], got[1], got[2])
+			}
+			s.Close()
+			if keys := rawKeys(t, ds); len(keys) != 0 {
+				t.Fatalf("OpenStore of an empty store wrote %v", keys)
+			}
+
+			st, err := OpenStore(ctx, ds, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.CreatePool(ctx, store.Pool{Spec: osV4}); err != nil {
+				t.Fatal(err)
+			}
+			st.Close()
+			st, err = OpenStore(ctx, ds, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, err := st.GetPool(ctx, osV4.Name); err != nil || p.Spec.Deleting {
+				t.Fatalf("pool after the second open: %+v, %v", p, err)
+			}
+			st.Close()
+			if keys := rawKeys(t, ds); keys["meta/layout"] == 0 || len(keys) != 3 {
+				t.Fatalf("a store of typed objects is only marked: %v", keys)
+			}
+		})
+	}
+}
+
+// An unreachable etcd wraps store.ErrUnavailable (and kv's); bad local
+// paths keep Open's ErrBadPath message; an unknown type is refused.
+func TestOpenStoreErrors(t *testing.T) {
+	t.Setenv(LockDirEnv, t.TempDir())
+	ctx := t.Context()
+	for _, shared := range []bool{false, true} {
+		_, err := OpenStore(ctx, etcdDS("/down"), shared)
+		if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, kv.ErrUnavailable) {
+			t.Errorf("OpenStore(shared=%v) of an unreachable etcd: %v, want store.ErrUnavailable", shared, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ds := config.Datastore{Type: config.DatastoreLocal, Path: file}
+	_, openErr := Open(ctx, ds)
+	_, err := OpenStore(ctx, ds, false)
+	if !errors.Is(err, ErrBadPath) || openErr == nil || err.Error() != openErr.Error() || !strings.Contains(err.Error(), file) {
+		t.Errorf("OpenStore of a file as the local directory: %v; Open says %v", err, openErr)
+	}
+	if _, err := OpenStore(ctx, config.Datastore{Type: "consul"}, false); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("unknown type: %v", err)
+	}
+}
