@@ -1,6 +1,7 @@
 package podinfo
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,27 +101,25 @@ const (
 	agentTimeout    = AgentAPITimeout + 2*time.Second
 )
 
-// AgentClient asks a node's ipkeeper-agent over its unix socket.
+// AgentClient asks a node's ipkeeper-agent over its unix socket, one
+// connection per request. It speaks HTTP/1.1 on the connection itself
+// rather than through net/http's Transport: in a new plugin process the
+// Transport's first request (connection pool, reader and writer
+// goroutines) added 4.2 ms to the p50 of a process that does nothing
+// else, a raw request 1.7 ms (200 execs each, interleaved, on a loaded
+// 2-core machine; this client measured +2.8 ms in a later run).
 type AgentClient struct {
 	socket string
-	http   *http.Client
 }
 
 // NewAgentClient returns a client of the agent listening at socket.
 func NewAgentClient(socket string) *AgentClient {
-	d := &net.Dialer{Timeout: agentDialTimeout}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", socket)
-		},
-		DisableCompression: true,
-		MaxIdleConns:       1,
-	}
-	return &AgentClient{socket: socket, http: &http.Client{Transport: tr, Timeout: agentTimeout}}
+	return &AgentClient{socket: socket}
 }
 
-// Close releases idle connections.
-func (a *AgentClient) Close() { a.http.CloseIdleConnections() }
+// Close releases nothing (each request closes its connection); it is
+// here so that callers treat both clients alike.
+func (a *AgentClient) Close() {}
 
 // Socket is the agent socket's path.
 func (a *AgentClient) Socket() string { return a.socket }
@@ -163,17 +162,26 @@ func (a *AgentClient) get(ctx context.Context, path string, dst any) error {
 	if err := checkSocket(a.socket); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ipkeeper-agent"+path, nil)
+	dctx, cancel := context.WithTimeout(ctx, agentDialTimeout)
+	conn, err := (&net.Dialer{}).DialContext(dctx, "unix", a.socket)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
 	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
+	defer conn.Close()
+	deadline := time.Now().Add(agentTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: ipkeeper-agent\r\nUser-Agent: ipkeeper-cni\r\nConnection: close\r\n\r\n", path); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return fmt.Errorf("%w: %s: reading the answer: %w", ErrAgentUnreachable, a.socket, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
