@@ -103,3 +103,47 @@ func TestAgentClient(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentClientSilentAgent: an agent that accepts the connection and
+// never answers is unreachable (the plugin then falls back to the
+// kubeconfig) rather than holding the ADD forever: the connection's
+// deadline is the context's, at most the client's own timeout.
+func TestAgentClientSilentAgent(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ipk-podinfo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "a.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			held <- c // never answered
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := NewAgentClient(sock).Lookup(ctx, "ns", "p", "", "n")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrAgentUnreachable) {
+			t.Errorf("silent agent: %v, want ErrAgentUnreachable", err)
+		}
+	case <-time.After(time.Minute): // a guard against hanging, not a timing check
+		t.Fatal("Lookup did not return after its context ended")
+	}
+	select {
+	case c := <-held:
+		c.Close()
+	default:
+	}
+}
