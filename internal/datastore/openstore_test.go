@@ -282,7 +282,8 @@ func TestOpenStoreConcurrentMigration(t *testing.T) {
 }
 
 // OpenStore of an empty store writes nothing (it costs one Get and one
-// List); the typed store then works, and the next open marks it.
+// List); the typed store then works, and the next open marks it, keeping
+// every object written before the marker.
 func TestOpenStoreEmpty(t *testing.T) {
 	t.Setenv(LockDirEnv, t.TempDir())
 	for _, b := range typedBackends {
@@ -313,6 +314,13 @@ func TestOpenStoreEmpty(t *testing.T) {
 			if _, err := st.CreatePool(ctx, store.Pool{Spec: osV4}); err != nil {
 				t.Fatal(err)
 			}
+			blk := ipam.NewBlock(osV4, osV4.BlockAt(0), "node-a")
+			if _, err := st.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: osV4.Name, CIDR: blk.CIDR}, Node: "node-a"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.CreateNode(ctx, store.Node{Name: "node-a", Blocks: []ipam.Block{blk}}); err != nil {
+				t.Fatal(err)
+			}
 			st.Close()
 			st, err = OpenStore(ctx, ds, false)
 			if err != nil {
@@ -321,8 +329,11 @@ func TestOpenStoreEmpty(t *testing.T) {
 			if p, err := st.GetPool(ctx, osV4.Name); err != nil || p.Spec.Deleting {
 				t.Fatalf("pool after the second open: %+v, %v", p, err)
 			}
+			if n, err := st.GetNode(ctx, "node-a"); err != nil || len(n.Blocks) != 1 {
+				t.Fatalf("node object written before the marker, after the second open: %+v, %v", n, err)
+			}
 			st.Close()
-			if keys := rawKeys(t, ds); keys["meta/layout"] == 0 || len(keys) != 3 {
+			if keys := rawKeys(t, ds); keys["meta/layout"] == 0 || len(keys) != 6 {
 				t.Fatalf("a store of typed objects is only marked: %v", keys)
 			}
 		})

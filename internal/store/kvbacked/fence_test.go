@@ -257,3 +257,32 @@ func TestMigrateFencesImportedPool(t *testing.T) {
 		})
 	}
 }
+
+// ReadLayout: unmarked before Migrate, typed after; a marker this version
+// does not know is ErrCorrupt naming it, and OpenStore would not migrate
+// over it.
+func TestReadLayout(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			kvs := b.open(t)
+			defer kvs.Close()
+			writeFirstLayout(t, kvs)
+			if l, err := kvbacked.ReadLayout(ctx, kvs); err != nil || l != kvbacked.LayoutUnmarked {
+				t.Fatalf("before Migrate: %v, %v", l, err)
+			}
+			if _, err := kvbacked.Migrate(ctx, kvs); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := kvbacked.ReadLayout(ctx, kvs); err != nil || l != kvbacked.LayoutTyped {
+				t.Fatalf("after Migrate: %v, %v", l, err)
+			}
+			if err := kvs.Txn(ctx, nil, []kv.Op{{Key: "meta/layout", Value: []byte("3")}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kvbacked.ReadLayout(ctx, kvs); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `meta/layout holds "3"`) {
+				t.Fatalf("unknown marker: %v", err)
+			}
+		})
+	}
+}
