@@ -259,8 +259,8 @@ func TestMigrateFencesImportedPool(t *testing.T) {
 }
 
 // ReadLayout: unmarked before Migrate, typed after; a marker this version
-// does not know is ErrCorrupt naming it, and OpenStore would not migrate
-// over it.
+// does not know is ErrCorrupt naming it, and Migrate changes nothing over
+// it.
 func TestReadLayout(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -282,6 +282,13 @@ func TestReadLayout(t *testing.T) {
 			}
 			if _, err := kvbacked.ReadLayout(ctx, kvs); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `meta/layout holds "3"`) {
 				t.Fatalf("unknown marker: %v", err)
+			}
+			before := snapshot(t, kvs, "")
+			if _, err := kvbacked.Migrate(ctx, kvs); !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("Migrate over an unknown marker: %v, want ErrCorrupt", err)
+			}
+			if after := snapshot(t, kvs, ""); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
+				t.Fatal("Migrate over an unknown marker changed the store")
 			}
 		})
 	}

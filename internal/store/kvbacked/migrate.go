@@ -127,7 +127,9 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 	if err != nil {
 		return rep, false, err
 	}
-	if m, ok := snap[layoutKey]; ok && string(m.Value) == layoutV2 {
+	if m, ok := snap[layoutKey]; ok && string(m.Value) != layoutV2 {
+		return rep, false, fmt.Errorf("%w: migrate: %s holds %q, a layout this version does not know", store.ErrCorrupt, layoutKey, m.Value)
+	} else if ok {
 		converted, _ := strconv.ParseInt(string(snap[convertedKey].Value), 10, 64)
 		again, err := deleteV1(ctx, s, all, converted, &rep)
 		rep.Done = rep.Deleted == 0 && len(rep.Late) == 0
