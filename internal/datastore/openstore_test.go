@@ -365,3 +365,40 @@ func TestOpenStoreErrors(t *testing.T) {
 		t.Errorf("unknown type: %v", err)
 	}
 }
+
+// A plugin open of the kubernetes datastore checks the node lock
+// directory as Open does for etcd: one others may write is refused with
+// ErrBadPath naming it, and no lock file is created. (No API server is
+// needed: kube.Open sends nothing.)
+func TestOpenStoreKubernetesBadLockDir(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "locks")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(LockDirEnv, dir)
+	ds := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kubeconfig}
+	if _, err := OpenStore(t.Context(), ds, false); !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("plugin open with a world-writable lock directory: %v, want ErrBadPath naming %s", err, dir)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 0 {
+		t.Fatalf("a refused open created %v", es)
+	}
+	s, err := OpenStore(t.Context(), ds, true) // shared: no lock, nothing checked or sent
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
