@@ -63,13 +63,13 @@ func ReadLayout(ctx context.Context, s kv.Store) (Layout, error) {
 // exists) is only marked again when something cleared its mark; changes
 // an earlier version made to a fenced pool are not carried over.
 //
-// It reports how many first-layout pool keys it wrote; kv.ErrConflict
-// (wrapped) when snap is stale.
+// It reports how many keys it wrote; kv.ErrConflict (wrapped) when snap
+// is stale.
 func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Report) (int, error) {
 	lim := kv.LimitsOf(s)
 	var conds []kv.Cond
 	var ops []kv.Op
-	written := 0
+	written, copies, marks := 0, 0, 0 // copies and marks: of the pending transaction
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
@@ -77,7 +77,9 @@ func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Re
 		if _, err := kv.TxnRevision(ctx, s, conds, ops); err != nil {
 			return err
 		}
-		conds, ops = nil, nil
+		written += len(ops)
+		rep.Pools, rep.Fenced = rep.Pools+copies, rep.Fenced+marks
+		conds, ops, copies, marks = nil, nil, 0, 0
 		return nil
 	}
 	for _, key := range sortedKeys(snap) {
@@ -93,15 +95,14 @@ func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Re
 		var c []kv.Cond
 		var o []kv.Op
 		tkey := poolKey(name)
-		if _, copied := snap[tkey]; !copied {
+		_, copied := snap[tkey]
+		if !copied {
 			c = append(c, kv.Cond{Key: tkey})
 			o = append(o, kv.Op{Key: tkey, Value: e.Value})
-			rep.Pools++
 		}
 		if !ok {
 			c = append(c, kv.Cond{Key: key, Version: e.Version})
 			o = append(o, kv.Op{Key: key, Value: marked})
-			rep.Fenced++
 		}
 		if len(o) == 0 {
 			continue
@@ -112,9 +113,15 @@ func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Re
 			}
 		}
 		conds, ops = append(conds, c...), append(ops, o...)
-		written += len(o)
+		if !copied {
+			copies++
+		}
+		if !ok {
+			marks++
+		}
 	}
-	return written, flush()
+	err := flush()
+	return written, err
 }
 
 // markedPool returns a first-layout pool's fenced value, and whether e

@@ -43,7 +43,7 @@ var ErrLateWrite = errors.New("first-layout key written during migration")
 // Report says what Migrate did.
 type Report struct {
 	// Done is true when the store was already migrated and holds no
-	// first-layout keys: Migrate changed nothing.
+	// first-layout keys to delete, or is empty: Migrate changed nothing.
 	Done bool
 	// Nodes, Claims and Handles count the node objects, claims and handle
 	// records of the converted state.
