@@ -242,48 +242,65 @@ func sameV1(a, b []kv.KeyValue) bool {
 // typed keys target does not hold. Every transaction is guarded by the
 // versions of the keys it writes as snap read them.
 func apply(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, target map[string][]byte, rep *Report) error {
-	lim := kv.LimitsOf(s)
-	var conds []kv.Cond
-	var ops []kv.Op
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		if _, err := kv.TxnRevision(ctx, s, conds, ops); err != nil {
-			return err
-		}
-		rep.Written += len(ops)
-		conds, ops = nil, nil
-		return nil
-	}
-	add := func(op kv.Op) error {
-		c := kv.Cond{Key: op.Key, Version: snap[op.Key].Version}
-		if len(ops) > 0 && !lim.Fits(append(conds, c), append(ops, op)) {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		conds, ops = append(conds, c), append(ops, op)
-		return nil
-	}
+	b := newBatch(ctx, s, &rep.Written)
 	// The order does not matter for safety: nothing uses the typed keys
 	// before the marker.
 	for _, key := range slices.Sorted(maps.Keys(target)) {
 		if e, ok := snap[key]; ok && string(e.Value) == string(target[key]) {
 			continue
 		}
-		if err := add(kv.Op{Key: key, Value: target[key]}); err != nil {
+		if err := b.add(kv.Cond{Key: key, Version: snap[key].Version}, kv.Op{Key: key, Value: target[key]}); err != nil {
 			return err
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(snap)) {
 		if _, keep := target[key]; !keep && isTyped(key) {
-			if err := add(kv.Op{Key: key, Delete: true}); err != nil {
+			if err := b.add(kv.Cond{Key: key, Version: snap[key].Version}, kv.Op{Key: key, Delete: true}); err != nil {
 				return err
 			}
 		}
 	}
-	return flush()
+	return b.flush()
+}
+
+// batch gathers guarded writes into transactions within the store's
+// limits, counting the operations it commits.
+type batch struct {
+	ctx     context.Context
+	s       kv.Store
+	lim     kv.Limits
+	conds   []kv.Cond
+	ops     []kv.Op
+	written *int
+}
+
+func newBatch(ctx context.Context, s kv.Store, written *int) *batch {
+	return &batch{ctx: ctx, s: s, lim: kv.LimitsOf(s), written: written}
+}
+
+// add queues op guarded by c, first committing what is queued when the
+// two would not fit one transaction.
+func (b *batch) add(c kv.Cond, op kv.Op) error {
+	if len(b.ops) > 0 && !b.lim.Fits(append(b.conds, c), append(b.ops, op)) {
+		if err := b.flush(); err != nil {
+			return err
+		}
+	}
+	b.conds, b.ops = append(b.conds, c), append(b.ops, op)
+	return nil
+}
+
+// flush commits what is queued.
+func (b *batch) flush() error {
+	if len(b.ops) == 0 {
+		return nil
+	}
+	if _, err := kv.TxnRevision(b.ctx, b.s, b.conds, b.ops); err != nil {
+		return err
+	}
+	*b.written += len(b.ops)
+	b.conds, b.ops = nil, nil
+	return nil
 }
 
 // isTyped reports whether key is one of this layout's object keys.
@@ -303,20 +320,7 @@ func isTyped(key string) bool {
 // version wrote it) fails its transaction: again is true, and a new read
 // starts over.
 func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64, rep *Report) (again bool, err error) {
-	lim := kv.LimitsOf(s)
-	var conds []kv.Cond
-	var ops []kv.Op
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		if _, err := kv.TxnRevision(ctx, s, conds, ops); err != nil {
-			return err
-		}
-		rep.Deleted += len(ops)
-		conds, ops = nil, nil
-		return nil
-	}
+	b := newBatch(ctx, s, &rep.Deleted)
 	for _, e := range es {
 		if !isV1(e.Key) {
 			continue
@@ -325,15 +329,11 @@ func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64
 			rep.Late = append(rep.Late, e.Key)
 			continue
 		}
-		c, op := kv.Cond{Key: e.Key, Version: e.Version}, kv.Op{Key: e.Key, Delete: true}
-		if len(ops) > 0 && !lim.Fits(append(conds, c), append(ops, op)) {
-			if err := flush(); err != nil {
-				return conflicted("migrate: delete first-layout keys", err)
-			}
+		if err := b.add(kv.Cond{Key: e.Key, Version: e.Version}, kv.Op{Key: e.Key, Delete: true}); err != nil {
+			return conflicted("migrate: delete first-layout keys", err)
 		}
-		conds, ops = append(conds, c), append(ops, op)
 	}
-	if err := flush(); err != nil {
+	if err := b.flush(); err != nil {
 		return conflicted("migrate: delete first-layout keys", err)
 	}
 	if len(rep.Late) > 0 {
