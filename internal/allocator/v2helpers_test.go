@@ -3,60 +3,27 @@ package allocator_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
-	"strings"
-	"sync"
+	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
 )
 
-// storeBackends runs fn on a fresh store of every real backend.
+// storeBackends runs fn on a fresh store of every real kv backend.
 func storeBackends(t *testing.T, fn func(t *testing.T, s store.Store)) {
-	t.Run("local", func(t *testing.T) {
-		s, err := kvbacked.OpenLocal(t.Context(), t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
-	})
-	t.Run("etcd", func(t *testing.T) {
-		srv := sharedEtcd(t)
-		s, err := kvbacked.OpenEtcd(t.Context(), etcd.Config{
-			Endpoints: []string{srv.Endpoint},
-			Prefix:    fmt.Sprintf("/v2alloc%d-%s", etcdPrefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "_")),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
-	})
+	kvbackedtest.Backends(t, func(t *testing.T, s *kvbacked.Store) { fn(t, s) })
 }
 
-var (
-	etcdOnce     sync.Once
-	etcdServer   *etcdtest.Server
-	etcdErr      error
-	etcdPrefixes atomic.Int64
-)
-
-// sharedEtcd is one embedded etcd for this package's store tests, each
-// under a prefix of its own; it lives as long as the test binary.
-func sharedEtcd(t *testing.T) *etcdtest.Server {
-	etcdOnce.Do(func() { etcdServer, etcdErr = etcdtest.Start("", nil) })
-	if etcdErr != nil {
-		t.Fatal(etcdErr)
-	}
-	return etcdServer
+func TestMain(m *testing.M) {
+	code := m.Run()
+	kvbackedtest.Stop()
+	os.Exit(code)
 }
 
 var (

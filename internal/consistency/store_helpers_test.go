@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -17,53 +16,19 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if typedEtcd != nil {
-		typedEtcd.Close()
-	}
+	kvbackedtest.Stop()
 	os.Exit(code)
 }
 
-var (
-	typedEtcdOnce sync.Once
-	typedEtcd     *etcdtest.Server
-	typedEtcdErr  error
-	typedPrefixes atomic.Int64
-)
-
-// typedBackends runs fn on a fresh typed store of each real backend: a
-// bbolt file and an embedded etcd (one server for the test binary, a
-// prefix per test).
+// typedBackends runs fn on a fresh typed store of each real backend.
 func typedBackends(t *testing.T, fn func(t *testing.T, s *kvbacked.Store)) {
-	t.Run("local", func(t *testing.T) {
-		s, err := kvbacked.OpenLocal(t.Context(), t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
-	})
-	t.Run("etcd", func(t *testing.T) {
-		typedEtcdOnce.Do(func() { typedEtcd, typedEtcdErr = etcdtest.Start("", nil) })
-		if typedEtcdErr != nil {
-			t.Fatal(typedEtcdErr)
-		}
-		s, err := kvbacked.OpenEtcd(t.Context(), etcd.Config{
-			Endpoints: []string{typedEtcd.Endpoint},
-			Prefix:    fmt.Sprintf("/typedcheck%d", typedPrefixes.Add(1)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
-	})
+	kvbackedtest.Backends(t, fn)
 }
 
 // The pools of the typed tests: one block of each is pool-sized so that
