@@ -9,6 +9,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
@@ -344,4 +345,32 @@ func sortedAddrList(as []netip.Addr) []netip.Addr {
 	out := slices.Clone(as)
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
+}
+
+// TestStoreReleaseUnaffine: an allocation imported without a node (as
+// whereabouts records none) lives in store.UnaffineNode's object; the
+// runtime's DEL from the pod's real node frees it.
+func TestStoreReleaseUnaffine(t *testing.T) {
+	storeBackends(t, func(t *testing.T, s store.Store) {
+		a := newStoreAllocator(t, s, v4Pool)
+		n := nodealloc.AddBlock(store.Node{Name: store.UnaffineNode}, v4Pool, v4Pool.BlockAt(2))
+		h := storeReq(store.UnaffineNode, "imported", "v4").Handle
+		n, ip, err := nodealloc.Take(n, v4Pool, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateNode(t.Context(), n); err != nil {
+			t.Fatal(err)
+		}
+		freed, err := a.Release(t.Context(), "node-a", h.ID)
+		if err != nil || len(freed) != 1 || freed[0] != ip.Addr {
+			t.Fatalf("DEL from the pod's node = %v, %v; want %s", freed, err, ip.Addr)
+		}
+		if got := storetest.Holders(t, s); len(got) != 0 {
+			t.Fatalf("still held: %v", got)
+		}
+		if freed, err := a.Release(t.Context(), "node-a", h.ID); err != nil || len(freed) != 0 {
+			t.Fatalf("second DEL = %v, %v", freed, err)
+		}
+	})
 }

@@ -13,7 +13,8 @@ import (
 
 // Release frees every address of handle id of node and drops its records
 // and loans. Releasing a handle that does not exist is not an error: it
-// returns no addresses. In the common case (no loan) it is one write of
+// returns no addresses. A handle the node's object does not know is
+// looked for in store.UnaffineNode's object (imported without a node). In the common case (no loan) it is one write of
 // the node's object; each lender's object a loan names is written first,
 // and the loan dropped last, so that a release that stops half way still
 // names what is left.
@@ -29,9 +30,35 @@ func (a *StoreAllocator) Release(ctx context.Context, node, id string) ([]netip.
 		// that part again.
 		got, err := a.release(ctx, node, id)
 		freed = append(freed, got...)
+		if err == nil && len(freed) == 0 {
+			got, err = a.releaseUnaffine(ctx, id)
+			freed = append(freed, got...)
+		}
 		return err
 	})
 	return freed, err
+}
+
+// releaseUnaffine frees handle id's record in store.UnaffineNode's object:
+// allocations imported from whereabouts record no node, so the runtime's
+// DEL of such a pod, from whatever node, finds its address there. It costs
+// a DEL that found nothing in its node's object one read.
+func (a *StoreAllocator) releaseUnaffine(ctx context.Context, id string) ([]netip.Addr, error) {
+	n, err := a.store.GetNode(ctx, store.UnaffineNode)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	if _, ok := n.Handle(id); !ok {
+		return nil, nil
+	}
+	next, ips := nodealloc.Release(n, id)
+	if _, err := a.writeNode(ctx, next); err != nil {
+		return nil, err
+	}
+	return addrs(ips), nil
 }
 
 // release frees what it can of handle id and returns what it freed, also
