@@ -59,6 +59,12 @@ func main() {
 		log.Fatal(err)
 	}
 	defer etcdSrv.Close()
+	var tmpDirs []string
+	defer func() {
+		for _, d := range tmpDirs {
+			os.RemoveAll(d)
+		}
+	}()
 	type backend struct {
 		name string
 		open func(prefix string) (store.Store, error)
@@ -69,6 +75,7 @@ func main() {
 			if err != nil {
 				return nil, err
 			}
+			tmpDirs = append(tmpDirs, dir)
 			return kvbacked.OpenLocal(ctx, dir)
 		}},
 		{"etcd", func(prefix string) (store.Store, error) {
