@@ -66,13 +66,7 @@ func (l legacyRef) owns(h ipam.Handle) bool {
 
 // canonicalID returns the ID a stored handle should have when it is stored
 // under the legacy form of that ID.
-func canonicalID(h ipam.Handle) (string, bool) {
-	want := ipam.HandleID(h.Network, h.ContainerID, h.IfName)
-	if want == h.ID || h.ID != ipam.LegacyHandleID(h.Network, h.ContainerID, h.IfName) {
-		return "", false
-	}
-	return want, true
-}
+func canonicalID(h ipam.Handle) (string, bool) { return ipam.CanonicalID(h) }
 
 // rekey moves handle h, stored at e under its legacy ID, to ID id: the
 // handle key and the owner names in its blocks, in one transaction

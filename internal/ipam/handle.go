@@ -57,6 +57,19 @@ func LegacyHandleID(network, containerID, ifname string) string {
 	return network + "." + containerID + "." + ifname
 }
 
+// CanonicalID returns the ID HandleID gives h's attachment when h is
+// stored under the legacy form of that ID (LegacyHandleID), which earlier
+// versions wrote for attachments with a '.' or '%' in a part. It reports
+// false for any other handle, including one whose ID is already
+// canonical or is not made of its attachment's parts at all.
+func CanonicalID(h Handle) (string, bool) {
+	want := HandleID(h.Network, h.ContainerID, h.IfName)
+	if want == h.ID || h.ID != LegacyHandleID(h.Network, h.ContainerID, h.IfName) {
+		return "", false
+	}
+	return want, true
+}
+
 // ParseHandleID splits an ID made by HandleID into its parts. It reports
 // false for IDs HandleID does not make (not three dot-separated parts, or
 // an escape other than "%25" and "%2E").

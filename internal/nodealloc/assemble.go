@@ -222,3 +222,41 @@ func record(recs map[string]*ipam.Handle, h ipam.Handle, object string) *ipam.Ha
 	recs[h.ID] = &r
 	return &r
 }
+
+// CanonicalIDs renames every handle stored under the legacy form of its
+// attachment's ID (ipam.CanonicalID) to the ID ipam.HandleID gives it, in
+// the handle and in the owners of the blocks, unless another handle holds
+// that ID already (then both stay as they are). Later versions look
+// handles up by the canonical ID only — a runtime's DEL and its GC's list
+// of valid attachments name that one — so a migration renames them once.
+// It returns the renames made, old ID to new; its inputs are not changed.
+func CanonicalIDs(blocks []ipam.Block, handles []ipam.Handle) ([]ipam.Block, []ipam.Handle, map[string]string) {
+	taken := make(map[string]bool, len(handles))
+	for _, h := range handles {
+		taken[h.ID] = true
+	}
+	renamed := map[string]string{}
+	outH := make([]ipam.Handle, len(handles))
+	for i, h := range handles {
+		if id, legacy := ipam.CanonicalID(h); legacy && !taken[id] {
+			renamed[h.ID] = id
+			taken[id] = true
+			h.ID = id
+		}
+		outH[i] = h
+	}
+	if len(renamed) == 0 {
+		return blocks, handles, renamed
+	}
+	outB := make([]ipam.Block, len(blocks))
+	for i, b := range blocks {
+		b.Owners = maps.Clone(b.Owners)
+		for ord, id := range b.Owners {
+			if to, ok := renamed[id]; ok {
+				b.Owners[ord] = to
+			}
+		}
+		outB[i] = b
+	}
+	return outB, outH, renamed
+}

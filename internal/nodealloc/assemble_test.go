@@ -457,3 +457,51 @@ func deepCopyHandles(hs []ipam.Handle) []ipam.Handle {
 	}
 	return out
 }
+
+// TestCanonicalIDs: a handle stored under the legacy form of its ID is
+// renamed, in its block's owners too; one whose canonical ID is taken,
+// and one that is no legacy form, stay; the inputs are not changed.
+func TestCanonicalIDs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pool ipam.Pool
+	}{{"IPv4", ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.3.0.0/24"), BlockSize: 28}},
+		{"IPv6", ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd00:3::/120"), BlockSize: 124}}} {
+		t.Run(c.name, func(t *testing.T) {
+			b := ipam.NewBlock(c.pool, c.pool.BlockAt(1), "n")
+			mk := func(id, container string) ipam.Handle {
+				var a netip.Addr
+				var err error
+				if b, a, err = b.Assign(c.pool, id); err != nil {
+					t.Fatal(err)
+				}
+				return ipam.Handle{ID: id, Network: "net", ContainerID: container, IfName: "eth0", Node: "n",
+					IPs: []ipam.HandleIP{{Addr: a, Pool: c.pool.Name, Block: b.CIDR}}}
+			}
+			legacy := mk("net.a.b.eth0", "a.b")   // canonical net.a%2Eb.eth0, free
+			clash := mk("net.c.d.eth0", "c.d")    // canonical net.c%2Ed.eth0, taken below
+			taker := mk("net.c%2Ed.eth0", "c.d")  // already canonical
+			plain := mk("k8s-pod-network.x", "x") // not a legacy form
+			blocks, handles := []ipam.Block{b}, []ipam.Handle{legacy, clash, taker, plain}
+			before := fmt.Sprint(blocks, handles)
+			gotB, gotH, renamed := nodealloc.CanonicalIDs(blocks, handles)
+			if fmt.Sprint(blocks, handles) != before {
+				t.Fatal("CanonicalIDs changed its inputs")
+			}
+			if len(renamed) != 1 || renamed["net.a.b.eth0"] != "net.a%2Eb.eth0" {
+				t.Fatalf("renamed %v, want only net.a.b.eth0 -> net.a%%2Eb.eth0", renamed)
+			}
+			ids := []string{gotH[0].ID, gotH[1].ID, gotH[2].ID, gotH[3].ID}
+			if want := []string{"net.a%2Eb.eth0", "net.c.d.eth0", "net.c%2Ed.eth0", "k8s-pod-network.x"}; fmt.Sprint(ids) != fmt.Sprint(want) {
+				t.Fatalf("IDs %v, want %v", ids, want)
+			}
+			if got := gotB[0].Owner(legacy.IPs[0].Addr); got != "net.a%2Eb.eth0" {
+				t.Fatalf("the block gives %s to %q", legacy.IPs[0].Addr, got)
+			}
+			asm, err := nodealloc.Assemble(gotB, gotH)
+			if err != nil || len(asm.Orphans) != 0 || len(asm.Strays) != 0 {
+				t.Fatalf("Assemble of the renamed state: %+v, %v", asm, err)
+			}
+		})
+	}
+}

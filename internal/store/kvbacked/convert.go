@@ -2,6 +2,8 @@ package kvbacked
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -43,6 +45,10 @@ func convert(es []kv.KeyValue, rep *Report) (map[string][]byte, error) {
 			}
 			handles = append(handles, h)
 		}
+	}
+	blocks, handles, renamed := nodealloc.CanonicalIDs(blocks, handles)
+	for _, old := range slices.Sorted(maps.Keys(renamed)) {
+		rep.Renamed = append(rep.Renamed, old+" -> "+renamed[old])
 	}
 	asm, err := nodealloc.Assemble(blocks, handles)
 	if err != nil {

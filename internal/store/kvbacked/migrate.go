@@ -64,6 +64,10 @@ type Report struct {
 	// Strays are addresses a handle listed that its block did not give to
 	// it; they are left out of the handle's record.
 	Strays []string
+	// Renamed lists handles stored under the legacy form of their ID,
+	// converted under the canonical one ("old -> new";
+	// nodealloc.CanonicalIDs).
+	Renamed []string
 	// Pools counts the first-layout pools copied to the typed pools by
 	// the fence; Fenced the first-layout pool keys it marked Deleting.
 	Pools, Fenced int
