@@ -170,6 +170,23 @@ func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
 	return nil, fmt.Errorf("no member reports itself leader")
 }
 
+// waitLeaderless waits until member m knows it has no leader (its status
+// names none): from then on it refuses proposals instead of appending
+// them to its log.
+func waitLeaderless(ctx context.Context, m *Member, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		var st struct {
+			Leader string `json:"leader"`
+		}
+		if err := postJSON(ctx, m.ClientURL+"/v3/maintenance/status", "{}", &st); err == nil && (st.Leader == "" || st.Leader == "0") {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("etcd member %s still reports a leader after %v (log %s.log)", m.Name, d, m.Dir)
+}
+
 func waitHealthy(ctx context.Context, m *Member, d time.Duration) error {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {

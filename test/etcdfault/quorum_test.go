@@ -25,6 +25,17 @@ func TestQuorumLoss(t *testing.T) {
 	}
 	cl.KillMember(cl.Members[0])
 	cl.KillMember(cl.Members[1])
+	// Until the survivor notices it has lost quorum, it may still take a
+	// proposal into its log as leader, and that entry may commit once
+	// the others are back: the plugin cannot know (it answers 11 saying
+	// the outcome is unknown, and the runtime's DEL after the failed ADD
+	// releases what committed). This test is about the state without
+	// quorum, so its ADDs start once the survivor knows it has no leader.
+	killed := time.Now()
+	if err := waitLeaderless(ctx, cl.Members[2], 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the survivor knew it had no leader %v after the kills", time.Since(killed).Round(time.Millisecond))
 	for i := range 3 {
 		start := time.Now()
 		o, err := runPlugin(ctx, t, "ADD", fmt.Sprintf("noquorum%d", i), conf, lock)
