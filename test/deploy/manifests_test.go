@@ -146,7 +146,9 @@ func TestKustomizationRendersTheSameObjects(t *testing.T) {
 func TestKubectlApply(t *testing.T) {
 	k := kubectl(t)
 	s := kubetest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Four kubectl runs against a fresh API server, with CRDs to establish
+	// and remove: minutes when the whole suite loads the machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dyn, mapper := dynamicClient(t, s)
 	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
@@ -219,7 +221,9 @@ func TestKubectlApply(t *testing.T) {
 	waitFor("after kubectl apply -f", allThere)
 	run("apply", "-k", dir)
 	waitFor("after a second apply (-k)", allThere)
-	run("delete", "-k", dir, "--wait=true")
+	// kubectl's own wait would end in a bare kill at the deadline; the
+	// poll below names what is still there.
+	run("delete", "-k", dir, "--wait=false")
 	waitFor("after kubectl delete -k", allGone)
 	run("apply", "-k", dir)
 	waitFor("after kubectl apply -k", allThere)
