@@ -90,7 +90,14 @@ func problems(fs []finding) []Problem {
 		p.Repairable = f.fix != nil
 		out = append(out, p)
 	}
-	slices.SortStableFunc(out, func(a, b Problem) int {
+	sortProblems(out)
+	return out
+}
+
+// sortProblems puts problems in the order every report uses: by kind (in
+// the order of Kinds), pool, block, address, handle, key.
+func sortProblems(ps []Problem) {
+	slices.SortStableFunc(ps, func(a, b Problem) int {
 		return cmp.Or(
 			cmp.Compare(slices.Index(Kinds, a.Kind), slices.Index(Kinds, b.Kind)),
 			cmp.Compare(a.Pool, b.Pool),
@@ -100,7 +107,6 @@ func problems(fs []finding) []Problem {
 			cmp.Compare(a.Key, b.Key),
 		)
 	})
-	return out
 }
 
 func comparePrefix(a, b string) int {

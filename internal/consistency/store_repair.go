@@ -1,7 +1,6 @@
 package consistency
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -197,16 +196,7 @@ func storeProblems(fs []storeFinding) []Problem {
 		p.Repairable = f.fix != nil
 		out = append(out, p)
 	}
-	slices.SortStableFunc(out, func(a, b Problem) int {
-		return cmp.Or(
-			cmp.Compare(slices.Index(Kinds, a.Kind), slices.Index(Kinds, b.Kind)),
-			cmp.Compare(a.Pool, b.Pool),
-			comparePrefix(a.Block, b.Block),
-			compareAddr(a.Addr, b.Addr),
-			cmp.Compare(a.Handle, b.Handle),
-			cmp.Compare(a.Key, b.Key),
-		)
-	})
+	sortProblems(out)
 	return out
 }
 

@@ -43,6 +43,28 @@ type Result struct {
 	Warnings  []string     `json:"warnings"`
 }
 
+// newResult is the Result an apply of plan starts from: no changes yet,
+// the plan's addresses and its warnings (never nil, for JSON output).
+func newResult(plan *Plan, dryRun bool) Result {
+	res := Result{Source: plan.Source, DryRun: dryRun, Changes: []Change{}, Addresses: plan.Addresses(), Warnings: slices.Clone(plan.Warnings)}
+	if res.Warnings == nil {
+		res.Warnings = []string{}
+	}
+	return res
+}
+
+// changeStatus says what an apply did with an object: found it present,
+// would create it (dry run), or created it.
+func changeStatus(present, dryRun bool) string {
+	switch {
+	case present:
+		return StatusPresent
+	case dryRun:
+		return StatusWouldCreate
+	}
+	return StatusCreated
+}
+
 // handleChunk bounds how many handles one transaction writes, so that a
 // large block stays within etcd's per-transaction operation limit.
 const handleChunk = 50
@@ -62,10 +84,7 @@ const handleChunk = 50
 // handles that are not written yet — never free — and running it again
 // completes it. With dryRun nothing is written.
 func Apply(ctx context.Context, store kv.Store, plan *Plan, dryRun bool) (Result, error) {
-	res := Result{Source: plan.Source, DryRun: dryRun, Changes: []Change{}, Addresses: plan.Addresses(), Warnings: plan.Warnings}
-	if res.Warnings == nil {
-		res.Warnings = []string{}
-	}
+	res := newResult(plan, dryRun)
 	if err := plan.Validate(); err != nil {
 		return res, err
 	}
@@ -76,15 +95,7 @@ func Apply(ctx context.Context, store kv.Store, plan *Plan, dryRun bool) (Result
 	if len(st.conflicts) > 0 {
 		return res, conflictError(st.conflicts)
 	}
-	status := func(present bool) string {
-		switch {
-		case present:
-			return StatusPresent
-		case dryRun:
-			return StatusWouldCreate
-		}
-		return StatusCreated
-	}
+	status := func(present bool) string { return changeStatus(present, dryRun) }
 	for _, p := range plan.Pools {
 		res.Changes = append(res.Changes, Change{"pool", p.Name, status(st.poolPresent[p.Name])})
 	}

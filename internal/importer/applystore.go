@@ -55,10 +55,7 @@ const storeAttempts = 20
 //     two owners in the store at any point: only the object a claim names
 //     holds a block, and it changes only by compare-and-swap.
 func ApplyStore(ctx context.Context, s store.Store, plan *Plan, dryRun bool) (Result, error) {
-	res := Result{Source: plan.Source, DryRun: dryRun, Changes: []Change{}, Addresses: plan.Addresses(), Warnings: slices.Clone(plan.Warnings)}
-	if res.Warnings == nil {
-		res.Warnings = []string{}
-	}
+	res := newResult(plan, dryRun)
 	if err := plan.Validate(); err != nil {
 		return res, err
 	}
@@ -84,15 +81,7 @@ func ApplyStore(ctx context.Context, s store.Store, plan *Plan, dryRun bool) (Re
 	if len(st.conflicts) > 0 {
 		return res, conflictError(st.conflicts)
 	}
-	status := func(present bool) string {
-		switch {
-		case present:
-			return StatusPresent
-		case dryRun:
-			return StatusWouldCreate
-		}
-		return StatusCreated
-	}
+	status := func(present bool) string { return changeStatus(present, dryRun) }
 	for _, p := range plan.Pools {
 		res.Changes = append(res.Changes, Change{"pool", p.Name, status(st.poolPresent[p.Name])})
 	}
