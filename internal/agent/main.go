@@ -8,9 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/flagenv"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -59,17 +60,8 @@ func ParseFlags(args []string, stderr io.Writer, getenv func(string) string) (Op
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "ipkeeper-agent answers the ipkeeper plugin's pod-aware lookups (pod, namespace, node)\nfrom informer caches over a unix socket.\n\nFlags:\n%s", fs.FlagUsages())
 	}
-	var envErr error
-	fs.VisitAll(func(f *pflag.Flag) {
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return o, envErr
+	if err := flagenv.Set(fs, envPrefix, getenv); err != nil {
+		return o, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/flagenv"
+
 	"github.com/spf13/pflag"
 )
 
@@ -81,17 +83,8 @@ func ParseFlags(args []string, getenv func(string) string) (Options, error) {
 	fs.BoolVar(&o.uninstall, "uninstall", false, "remove the plugin, config list, kubeconfig and TLS files instead of installing them")
 
 	// Environment first, so flags given on the command line win.
-	var envErr error
-	fs.VisitAll(func(f *pflag.Flag) {
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return o, envErr
+	if err := flagenv.Set(fs, envPrefix, getenv); err != nil {
+		return o, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
