@@ -30,10 +30,6 @@ const (
 	layoutV2     = "2"
 )
 
-// UnaffineNode is store.UnaffineNode: the node object Migrate puts the
-// first layout's blocks of no node in while they hold addresses.
-const UnaffineNode = store.UnaffineNode
-
 // ErrLateWrite is wrapped by Migrate's error when a first-layout key was
 // written after the conversion read it (a process of the earlier version
 // still running): the key is left in place and `ipkeeperctl check`
@@ -55,7 +51,7 @@ type Report struct {
 	// not converted (an unclaimed block is free in this layout).
 	DroppedBlocks []string
 	// UnaffineBlocks are blocks affine to no node that hold addresses,
-	// converted into UnaffineNode's object.
+	// converted into store.UnaffineNode's object.
 	UnaffineBlocks []string
 	// Orphans are addresses a block gave to a handle that does not exist;
 	// they stay allocated to a record of that handle ID (ipkeeperctl gc

@@ -152,7 +152,7 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 			r.IPs, h.IPs = nil, nil
 			node := h.Node
 			if node == "" {
-				node = kvbacked.UnaffineNode // whereabouts' handle of no node
+				node = store.UnaffineNode // whereabouts' handle of no node
 			}
 			hh := h
 			hh.Node = node
@@ -184,7 +184,7 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 				}
 				continue
 			}
-			node = kvbacked.UnaffineNode
+			node = store.UnaffineNode
 		}
 		blocks++
 		c, err := s.GetClaim(ctx, ref)
@@ -215,7 +215,7 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 	// and the lenders its loans name.
 	a := allocator.NewStoreAllocator(s, nil)
 	for _, h := range want.handles {
-		node := cmp.Or(h.Node, kvbacked.UnaffineNode)
+		node := cmp.Or(h.Node, store.UnaffineNode)
 		got, ok, err := a.Handle(ctx, node, h.ID)
 		if err != nil || !ok || !sameAddrs(got.IPs, want.handleIPs(h.ID)) {
 			t.Errorf("StoreAllocator.Handle(%s, %s) = %v, %v, %v; want %v", node, h.ID, got.IPs, ok, err, want.handleIPs(h.ID))
