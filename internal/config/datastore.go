@@ -18,7 +18,7 @@ const (
 	DatastoreLocal = "local"
 	DatastoreEtcd  = "etcd"
 	// DatastoreKubernetes is the SPEC's CustomResource datastore (and
-	// whereabouts' default); it is refused until it exists.
+	// whereabouts' default).
 	DatastoreKubernetes   = "kubernetes"
 	DefaultLocalPath      = "/var/lib/cni/ipkeeper"
 	DefaultEtcdPrefix     = "/ipkeeper"
@@ -28,7 +28,8 @@ const (
 
 // Datastore selects and configures the backend.
 type Datastore struct {
-	// Type is DatastoreLocal (the default) or DatastoreEtcd.
+	// Type is DatastoreLocal (the default), DatastoreEtcd or
+	// DatastoreKubernetes.
 	Type string
 	// Path is, for local, the absolute directory holding ipkeeper.db
 	// (default DefaultLocalPath).
@@ -38,8 +39,9 @@ type Datastore struct {
 	// CAFile, CertFile and KeyFile are etcd TLS file paths; CertFile and
 	// KeyFile come together.
 	CAFile, CertFile, KeyFile string
-	// Prefix is the etcd key prefix (default DefaultEtcdPrefix), starting
-	// with "/" and without a trailing "/".
+	// Prefix is, for etcd, the key prefix (default DefaultEtcdPrefix),
+	// starting with "/" and without a trailing "/"; for kubernetes, the
+	// store's partition (a DNS label; empty: none).
 	Prefix string
 	// DialTimeout and RequestTimeout default to DefaultDialTimeout and
 	// DefaultRequestTimeout. In JSON: Go duration strings ("5s") or
@@ -48,13 +50,14 @@ type Datastore struct {
 	// Kubeconfig is, for DatastoreKubernetes, the path of the kubeconfig
 	// to authenticate with (for the plugin, the one the DaemonSet writes
 	// for its ServiceAccount); empty means the in-cluster configuration.
-	// Prefix then names the store's partition (a DNS label; empty: none).
 	Kubeconfig string
 }
 
 // datastoreKeys names the sources of each Datastore field for messages.
 type datastoreKeys struct {
-	typ, path, endpoints, ca, cert, key, prefix, dial, request string
+	typ, path, endpoints, ca, cert, key, prefix, dial, request, kubeconfig string
+	// kubePrefix names the partition of a kubernetes datastore.
+	kubePrefix string
 	// endpoint names the i-th endpoint.
 	endpoint func(i int) string
 }
@@ -63,8 +66,9 @@ type datastoreKeys struct {
 func jsonDatastoreKeys(key string) datastoreKeys {
 	return datastoreKeys{typ: key + ".type", path: key + ".path", endpoints: key + ".endpoints",
 		ca: key + ".caFile", cert: key + ".certFile", key: key + ".keyFile", prefix: key + ".prefix",
-		dial: key + ".dialTimeout", request: key + ".requestTimeout",
-		endpoint: func(i int) string { return fmt.Sprintf("%s.endpoints[%d]", key, i) }}
+		dial: key + ".dialTimeout", request: key + ".requestTimeout", kubeconfig: key + ".kubeconfig",
+		kubePrefix: key + ".prefix",
+		endpoint:   func(i int) string { return fmt.Sprintf("%s.endpoints[%d]", key, i) }}
 }
 
 // envDatastoreKeys names the environment variables DatastoreFromEnv reads.
@@ -72,6 +76,7 @@ var envDatastoreKeys = datastoreKeys{typ: "IPKEEPER_DATASTORE", path: "IPKEEPER_
 	endpoints: "IPKEEPER_ETCD_ENDPOINTS", ca: "IPKEEPER_ETCD_CA", cert: "IPKEEPER_ETCD_CERT",
 	key: "IPKEEPER_ETCD_KEY", prefix: "IPKEEPER_ETCD_PREFIX",
 	dial: "IPKEEPER_ETCD_DIAL_TIMEOUT", request: "IPKEEPER_ETCD_REQUEST_TIMEOUT",
+	kubeconfig: "IPKEEPER_DATASTORE_KUBECONFIG", kubePrefix: "IPKEEPER_DATASTORE_PREFIX",
 	endpoint: func(i int) string { return fmt.Sprintf("IPKEEPER_ETCD_ENDPOINTS item %d", i+1) }}
 
 // rawDatastore is a datastore object.
@@ -85,6 +90,7 @@ type rawDatastore struct {
 	Prefix         json.RawMessage `json:"prefix"`
 	DialTimeout    json.RawMessage `json:"dialTimeout"`
 	RequestTimeout json.RawMessage `json:"requestTimeout"`
+	Kubeconfig     json.RawMessage `json:"kubeconfig"`
 }
 
 // ParseDatastore parses and validates a datastore object as found in a CNI
@@ -110,7 +116,8 @@ func parseDatastore(raw json.RawMessage, key string) (Datastore, error) {
 		key string
 		dst *string
 	}{{rd.Type, keys.typ, &d.Type}, {rd.Path, keys.path, &d.Path}, {rd.CAFile, keys.ca, &d.CAFile},
-		{rd.CertFile, keys.cert, &d.CertFile}, {rd.KeyFile, keys.key, &d.KeyFile}, {rd.Prefix, keys.prefix, &d.Prefix}} {
+		{rd.CertFile, keys.cert, &d.CertFile}, {rd.KeyFile, keys.key, &d.KeyFile}, {rd.Prefix, keys.prefix, &d.Prefix},
+		{rd.Kubeconfig, keys.kubeconfig, &d.Kubeconfig}} {
 		if present(f.raw) {
 			if *f.dst, err = str(f.raw, f.key); err != nil {
 				return Datastore{}, err
@@ -136,6 +143,9 @@ func parseDatastore(raw json.RawMessage, key string) (Datastore, error) {
 			}
 		}
 	}
+	if present(rd.Kubeconfig) && d.Kubeconfig == "" {
+		return Datastore{}, invalid(keys.kubeconfig, "is empty: give an absolute path, or leave the key out for the in-cluster configuration")
+	}
 	if present(rd.Path) && d.Path == "" {
 		return Datastore{}, invalid(keys.path, "is empty: give an absolute directory, or leave the key out for the default %s", DefaultLocalPath)
 	}
@@ -148,8 +158,10 @@ func parseDatastore(raw json.RawMessage, key string) (Datastore, error) {
 // DatastoreFromEnv builds a datastore from IPKEEPER_DATASTORE,
 // IPKEEPER_LOCAL_PATH (made absolute), IPKEEPER_ETCD_ENDPOINTS (comma list),
 // IPKEEPER_ETCD_CA, IPKEEPER_ETCD_CERT, IPKEEPER_ETCD_KEY,
-// IPKEEPER_ETCD_PREFIX, IPKEEPER_ETCD_DIAL_TIMEOUT and
-// IPKEEPER_ETCD_REQUEST_TIMEOUT (durations or integer seconds). A nil getenv
+// IPKEEPER_ETCD_PREFIX, IPKEEPER_ETCD_DIAL_TIMEOUT,
+// IPKEEPER_ETCD_REQUEST_TIMEOUT (durations or integer seconds),
+// IPKEEPER_DATASTORE_KUBECONFIG and IPKEEPER_DATASTORE_PREFIX (the
+// kubernetes datastore's kubeconfig and partition). A nil getenv
 // means os.Getenv. Unset variables take the defaults; errors wrap ErrInvalid.
 func DatastoreFromEnv(getenv func(string) string) (Datastore, error) {
 	if getenv == nil {
@@ -157,7 +169,16 @@ func DatastoreFromEnv(getenv func(string) string) (Datastore, error) {
 	}
 	k := envDatastoreKeys
 	d := Datastore{Type: getenv(k.typ), Path: getenv(k.path), Endpoints: splitList(getenv(k.endpoints)),
-		CAFile: getenv(k.ca), CertFile: getenv(k.cert), KeyFile: getenv(k.key), Prefix: getenv(k.prefix)}
+		CAFile: getenv(k.ca), CertFile: getenv(k.cert), KeyFile: getenv(k.key), Prefix: getenv(k.prefix),
+		Kubeconfig: getenv(k.kubeconfig)}
+	if d.Type == DatastoreKubernetes {
+		if d.Prefix != "" {
+			return Datastore{}, invalid(k.prefix, "is set for a %q datastore; name its partition with %s", DatastoreKubernetes, k.kubePrefix)
+		}
+		d.Prefix = getenv(k.kubePrefix)
+	} else if getenv(k.kubePrefix) != "" {
+		return Datastore{}, invalid(k.kubePrefix, "is set but %s is %s; it names the partition of a %q datastore", k.typ, quote(d.Type), DatastoreKubernetes)
+	}
 	if d.Path != "" && !filepath.IsAbs(d.Path) {
 		abs, err := filepath.Abs(d.Path)
 		if err != nil {
@@ -205,13 +226,16 @@ func (d *Datastore) finish(k datastoreKeys) error {
 		d.RequestTimeout = DefaultRequestTimeout
 	}
 	for _, f := range []struct{ key, val string }{{k.path, d.Path}, {k.ca, d.CAFile}, {k.cert, d.CertFile},
-		{k.key, d.KeyFile}, {k.prefix, d.Prefix}} {
+		{k.key, d.KeyFile}, {k.prefix, d.Prefix}, {k.kubeconfig, d.Kubeconfig}} {
 		if strings.ContainsRune(f.val, 0) {
 			return invalid(f.key, "%s contains a NUL byte", quote(f.val))
 		}
 		if len(f.val) > MaxPathLength {
 			return invalid(f.key, "is %d bytes long, more than the limit of %d", len(f.val), MaxPathLength)
 		}
+	}
+	if d.Type != DatastoreKubernetes && d.Kubeconfig != "" {
+		return invalid(k.kubeconfig, "is set but %s is %s; set it to %q to keep the state in the Kubernetes API", k.typ, quote(d.Type), DatastoreKubernetes)
 	}
 	switch d.Type {
 	case DatastoreLocal:
@@ -257,9 +281,9 @@ func (d *Datastore) finish(k datastoreKeys) error {
 			return invalid(k.prefix, "must not be \"/\": ipkeeper needs a prefix of its own")
 		}
 	case DatastoreKubernetes:
-		return invalid(k.typ, "%q is not available yet; %s", DatastoreKubernetes, chooseDatastore)
+		return d.finishKubernetes(k)
 	default:
-		return invalid(k.typ, "%s is not supported (want %s or %s)", quote(d.Type), DatastoreLocal, DatastoreEtcd)
+		return invalid(k.typ, "%s is not supported (want %s, %s or %s)", quote(d.Type), DatastoreLocal, DatastoreEtcd, DatastoreKubernetes)
 	}
 	return nil
 }
@@ -336,21 +360,25 @@ func textDuration(s, key string) (time.Duration, error) {
 
 // chooseDatastore tells a user how to name a datastore.
 const chooseDatastore = `choose a datastore: add "datastore": {"type": "local"} to keep the state on this machine ` +
-	`(one node only), or "datastore": {"type": "etcd", "endpoints": ["https://..."]} ` +
-	`(or whereabouts' "datastore": "etcd" with "etcd_host") to share it across a cluster`
+	`(one node only), "datastore": {"type": "kubernetes", "kubeconfig": "/path"} to keep it in the Kubernetes API, ` +
+	`or "datastore": {"type": "etcd", "endpoints": ["https://..."]} ` +
+	`(or whereabouts' "datastore": "etcd" with "etcd_host") to share it across a cluster through etcd`
 
 // ipamDatastore reads ipam.datastore: an object, or whereabouts' legacy
 // string "etcd" (with etcd_host). etcd_host without a datastore key also
 // selects etcd; no datastore at all means the local default. Whereabouts'
-// "kubernetes" is refused (see whereaboutsDefaultDatastore).
+// "kubernetes" gives a kubernetes datastore whose kubeconfig
+// whereaboutsDatastore fills in.
 func ipamDatastore(ri *rawIPAM) (Datastore, error) {
 	legacy := ""
 	if kindOf(ri.Datastore) == "a string" {
 		legacy, _ = str(ri.Datastore, "ipam.datastore")
 		switch legacy {
 		case DatastoreKubernetes:
-			return Datastore{}, invalid("ipam.datastore", "%q (whereabouts' Kubernetes API datastore) is not available in ipkeeper yet; %s",
-				legacy, chooseDatastore)
+			if present(ri.EtcdHost) {
+				return Datastore{}, invalid("ipam.etcd_host", "is set but ipam.datastore is %q; remove it, or set ipam.datastore to \"etcd\"", legacy)
+			}
+			return Datastore{Type: DatastoreKubernetes, DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}, nil
 		case "etcd":
 		default:
 			return Datastore{}, invalid("ipam.datastore", "%s is not supported (want an object, or whereabouts' \"kubernetes\" or \"etcd\")", quote(legacy))
@@ -370,6 +398,7 @@ func ipamDatastore(ri *rawIPAM) (Datastore, error) {
 	keys := datastoreKeys{typ: "ipam.datastore", path: "ipam.datastore", endpoints: "ipam.etcd_host",
 		ca: "ipam.etcd_ca_cert_file", cert: "ipam.etcd_cert_file", key: "ipam.etcd_key_file",
 		prefix: "ipam.datastore", dial: "ipam.datastore", request: "ipam.datastore",
+		kubeconfig: "ipam.kubernetes.kubeconfig", kubePrefix: "ipam.datastore",
 		endpoint: func(i int) string { return fmt.Sprintf("ipam.etcd_host item %d", i+1) }}
 	d := Datastore{Type: DatastoreEtcd}
 	host, err := str(ri.EtcdHost, keys.endpoints)
@@ -403,15 +432,30 @@ func ipamDatastore(ri *rawIPAM) (Datastore, error) {
 	return d, nil
 }
 
-// whereaboutsDefaultDatastore refuses a config of whereabouts syntax that
-// names no datastore: whereabouts' default is the Kubernetes API, and
-// falling back to a node-local store would make every node of a cluster
-// hand out the same addresses. Host-local and native configs keep the
-// local default, which is what host-local users have.
-func whereaboutsDefaultDatastore(ri *rawIPAM, syntax string) error {
-	if syntax != SyntaxWhereabouts || present(ri.Datastore) || present(ri.EtcdHost) {
+// whereaboutsDatastore completes the datastore of a whereabouts config
+// that names none (or names "kubernetes"): whereabouts' default is the
+// Kubernetes API with the kubeconfig ipam.kubernetes.kubeconfig names,
+// and so is ipkeeper's for that syntax. Falling back to a node-local
+// store would make every node of a cluster hand out the same addresses,
+// so a whereabouts config without that kubeconfig is refused. Host-local
+// and native configs keep the local default, which is what host-local
+// users have.
+func whereaboutsDatastore(ri *rawIPAM, out *IPAM) error {
+	legacy := kindOf(ri.Datastore) == "a string"
+	implied := out.Syntax == SyntaxWhereabouts && !present(ri.Datastore) && !present(ri.EtcdHost)
+	if !legacy && !implied || out.Datastore.Type != DatastoreKubernetes && !implied {
 		return nil
 	}
-	return invalid("ipam.datastore", "is missing, and whereabouts' default datastore (the Kubernetes API) "+
-		"is not available in ipkeeper yet; %s", chooseDatastore)
+	if out.Kubeconfig == "" {
+		what := "is missing, and whereabouts' default datastore (the Kubernetes API)"
+		if legacy {
+			what = "is missing: ipam.datastore \"kubernetes\" (the Kubernetes API)"
+		}
+		return invalid("ipam.kubernetes.kubeconfig", "%s needs the kubeconfig it names, as in whereabouts "+
+			"(\"kubernetes\": {\"kubeconfig\": \"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig\"}); "+
+			"or give ipam.datastore as an object", what)
+	}
+	out.Datastore = Datastore{Type: DatastoreKubernetes, Kubeconfig: out.Kubeconfig,
+		DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}
+	return nil
 }

@@ -35,6 +35,14 @@ func TestParseDatastore(t *testing.T) {
 			"prefix": "/a/b//", "dialTimeout": 2, "requestTimeout": "1m30s"}`,
 			Datastore{Type: DatastoreEtcd, Endpoints: []string{"https://e:2379"}, CAFile: "/ca", CertFile: "/c", KeyFile: "/k",
 				Prefix: "/a/b", DialTimeout: 2 * time.Second, RequestTimeout: 90 * time.Second}},
+		{"kubernetes in-cluster", `{"type": "kubernetes"}`,
+			Datastore{Type: DatastoreKubernetes, DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}},
+		{"kubernetes kubeconfig, partition, timeout", `{"type": "kubernetes", "kubeconfig": "/etc/cni/net.d/../net.d/ipkeeper-kubeconfig",
+			"prefix": "team-a", "requestTimeout": "3s"}`,
+			Datastore{Type: DatastoreKubernetes, Kubeconfig: "/etc/cni/net.d/ipkeeper-kubeconfig", Prefix: "team-a",
+				DialTimeout: DefaultDialTimeout, RequestTimeout: 3 * time.Second}},
+		{"kubernetes local path ignored", `{"type": "kubernetes", "path": "relative"}`,
+			Datastore{Type: DatastoreKubernetes, Path: "relative", DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}},
 		{"etcd CA only", `{"type": "etcd", "endpoints": ["https://e:2379"], "caFile": "/ca"}`, func() Datastore {
 			d := etcdDatastore("https://e:2379")
 			d.CAFile = "/ca"
@@ -56,8 +64,17 @@ func TestParseDatastore(t *testing.T) {
 		name, in, key, fragment string
 	}{
 		{"not an object", `"etcd"`, "datastore", "must be an object, not a string"},
-		{"type unknown", `{"type": "foo"}`, "datastore.type", `datastore.type "foo" is not supported (want local or etcd)`},
-		{"type kubernetes not yet", `{"type": "kubernetes"}`, "datastore.type", `"kubernetes" is not available yet; choose a datastore`},
+		{"type unknown", `{"type": "foo"}`, "datastore.type", `datastore.type "foo" is not supported (want local, etcd or kubernetes)`},
+		{"kubernetes relative kubeconfig", `{"type": "kubernetes", "kubeconfig": "kc"}`, "datastore.kubeconfig", `"kc" is not an absolute path`},
+		{"kubernetes empty kubeconfig", `{"type": "kubernetes", "kubeconfig": ""}`, "datastore.kubeconfig", "is empty"},
+		{"kubernetes kubeconfig not a string", `{"type": "kubernetes", "kubeconfig": 1}`, "datastore.kubeconfig", "must be a string"},
+		{"kubernetes kubeconfig with NUL", `{"type": "kubernetes", "kubeconfig": "/k\u0000"}`, "datastore.kubeconfig", "contains a NUL byte"},
+		{"kubernetes partition not a DNS label", `{"type": "kubernetes", "prefix": "/ipkeeper"}`, "datastore.prefix", "is not a DNS label"},
+		{"kubernetes partition too long", `{"type": "kubernetes", "prefix": "` + strings.Repeat("a", 64) + `"}`, "datastore.prefix", "is not a DNS label"},
+		{"kubernetes with endpoints", `{"type": "kubernetes", "endpoints": ["https://e:2379"]}`, "datastore.endpoints", `"kubernetes"`},
+		{"kubernetes with caFile", `{"type": "kubernetes", "caFile": "/ca"}`, "datastore.caFile", "keeps the state in the Kubernetes API"},
+		{"kubeconfig without kubernetes", `{"type": "etcd", "endpoints": ["h:1"], "kubeconfig": "/k"}`, "datastore.kubeconfig", `set it to "kubernetes"`},
+		{"kubeconfig without type", `{"kubeconfig": "/k"}`, "datastore.kubeconfig", `datastore.type is "local"`},
 		{"type not a string", `{"type": 1}`, "datastore.type", "must be a string"},
 		{"local relative path", `{"path": "var/lib"}`, "datastore.path", `"var/lib" is not an absolute path`},
 		{"local empty path", `{"type": "local", "path": ""}`, "datastore.path", "is empty: give an absolute directory"},
@@ -115,6 +132,12 @@ func TestDatastoreFromEnv(t *testing.T) {
 			"IPKEEPER_ETCD_DIAL_TIMEOUT": "3", "IPKEEPER_ETCD_REQUEST_TIMEOUT": "250ms", "IPKEEPER_LOCAL_PATH": "/ignored"},
 			Datastore{Type: DatastoreEtcd, Path: "/ignored", Endpoints: []string{"https://10.0.0.1:2379", "https://[fd00::1]:2379"},
 				CAFile: "/ca", CertFile: "/c", KeyFile: "/k", Prefix: "/x", DialTimeout: 3 * time.Second, RequestTimeout: 250 * time.Millisecond}},
+		{"kubernetes with kubeconfig and partition", map[string]string{"IPKEEPER_DATASTORE": "kubernetes",
+			"IPKEEPER_DATASTORE_KUBECONFIG": "/etc/ipkeeper/kubeconfig", "IPKEEPER_DATASTORE_PREFIX": "team-b", "IPKEEPER_ETCD_REQUEST_TIMEOUT": "2s"},
+			Datastore{Type: DatastoreKubernetes, Kubeconfig: "/etc/ipkeeper/kubeconfig", Prefix: "team-b",
+				DialTimeout: DefaultDialTimeout, RequestTimeout: 2 * time.Second}},
+		{"kubernetes in-cluster", map[string]string{"IPKEEPER_DATASTORE": "kubernetes"},
+			Datastore{Type: DatastoreKubernetes, DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}},
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,7 +156,17 @@ func TestDatastoreFromEnv(t *testing.T) {
 		key  string
 		frag string
 	}{
-		{"unknown type", map[string]string{"IPKEEPER_DATASTORE": "consul"}, "IPKEEPER_DATASTORE", `"consul" is not supported (want local or etcd)`},
+		{"unknown type", map[string]string{"IPKEEPER_DATASTORE": "consul"}, "IPKEEPER_DATASTORE", `"consul" is not supported (want local, etcd or kubernetes)`},
+		{"kubernetes relative kubeconfig", map[string]string{"IPKEEPER_DATASTORE": "kubernetes", "IPKEEPER_DATASTORE_KUBECONFIG": "kc"},
+			"IPKEEPER_DATASTORE_KUBECONFIG", "is not an absolute path"},
+		{"kubernetes partition", map[string]string{"IPKEEPER_DATASTORE": "kubernetes", "IPKEEPER_DATASTORE_PREFIX": "A_B"},
+			"IPKEEPER_DATASTORE_PREFIX", "is not a DNS label"},
+		{"kubernetes with etcd prefix", map[string]string{"IPKEEPER_DATASTORE": "kubernetes", "IPKEEPER_ETCD_PREFIX": "/x"},
+			"IPKEEPER_ETCD_PREFIX", "IPKEEPER_DATASTORE_PREFIX"},
+		{"partition without kubernetes", map[string]string{"IPKEEPER_DATASTORE": "etcd", "IPKEEPER_ETCD_ENDPOINTS": "h:1",
+			"IPKEEPER_DATASTORE_PREFIX": "a"}, "IPKEEPER_DATASTORE_PREFIX", `names the partition of a "kubernetes" datastore`},
+		{"kubeconfig without kubernetes", map[string]string{"IPKEEPER_DATASTORE_KUBECONFIG": "/k"},
+			"IPKEEPER_DATASTORE_KUBECONFIG", "IPKEEPER_DATASTORE"},
 		{"etcd without endpoints", map[string]string{"IPKEEPER_DATASTORE": "etcd"}, "IPKEEPER_ETCD_ENDPOINTS", "is missing"},
 		{"endpoints without type", map[string]string{"IPKEEPER_ETCD_ENDPOINTS": "h:1"}, "IPKEEPER_ETCD_ENDPOINTS", "IPKEEPER_DATASTORE"},
 		{"bad second endpoint", map[string]string{"IPKEEPER_DATASTORE": "etcd", "IPKEEPER_ETCD_ENDPOINTS": "h:1,nope"},

@@ -167,7 +167,7 @@ func TestParseErrors(t *testing.T) {
 
 		// Datastores inside ipam.
 		{"datastore type unknown", conf(`{"pools": ["p"], "datastore": {"type": "foo"}}`), "ipam.datastore.type",
-			[]string{`ipam.datastore.type "foo" is not supported (want local or etcd)`}},
+			[]string{`ipam.datastore.type "foo" is not supported (want local, etcd or kubernetes)`}},
 		{"datastore not an object", conf(`{"pools": ["p"], "datastore": ["local"]}`), "ipam.datastore", []string{"must be an object, not an array"}},
 		{"etcd without endpoints", conf(`{"pools": ["p"], "datastore": {"type": "etcd"}}`), "ipam.datastore.endpoints", []string{"is missing"}},
 		{"etcd timeout unparsable", conf(`{"pools": ["p"], "datastore": {"type": "etcd", "endpoints": ["h:1"], "dialTimeout": "5 parsecs"}}`),

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"reflect"
@@ -356,25 +357,30 @@ func TestPublishedExamplesRejected(t *testing.T) {
 	}
 }
 
-// TestWhereaboutsDefaultDatastoreRefused: every published whereabouts
-// example with only the type swapped names no datastore, or whereabouts'
-// "kubernetes"; ipkeeper refuses it (a node-local fallback would give every
-// node of a cluster the same addresses) and says how to choose one, while
+// TestWhereaboutsDefaultDatastore: every published whereabouts example
+// with only the type swapped names no datastore, or whereabouts'
+// "kubernetes"; ipkeeper then keeps the state in the Kubernetes API with
+// the kubeconfig whereabouts' ipam.kubernetes.kubeconfig names, and
+// refuses the config when that key is missing (a node-local fallback
+// would give every node of a cluster the same addresses), while
 // host-local examples keep the local default.
-func TestWhereaboutsDefaultDatastoreRefused(t *testing.T) {
+func TestWhereaboutsDefaultDatastore(t *testing.T) {
 	prod, err := os.ReadFile("../importer/testdata/network-attachment-definition.yaml")
 	if err != nil {
 		t.Fatalf("production test data: %v", err)
 	}
-	withKubernetes := func(netconf []byte) []byte {
+	set := func(netconf []byte, key string, v any) []byte {
 		var m map[string]any
 		if err := json.Unmarshal(netconf, &m); err != nil {
 			t.Fatal(err)
 		}
-		m["ipam"].(map[string]any)["datastore"] = "kubernetes"
+		m["ipam"].(map[string]any)[key] = v
 		b, _ := json.Marshal(m)
 		return b
 	}
+	const kc = "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"
+	withKubeconfig := func(netconf []byte) []byte { return set(netconf, "kubernetes", map[string]any{"kubeconfig": kc}) }
+	explicit := func(netconf []byte) []byte { return set(netconf, "datastore", "kubernetes") }
 	for _, tc := range []struct {
 		name string
 		in   []byte
@@ -384,15 +390,29 @@ func TestWhereaboutsDefaultDatastoreRefused(t *testing.T) {
 		{"README: ipRanges (IPv4)", asIPKeeper(t, whereaboutsREADMEIPRanges, "")},
 		{"README: dual-stack", asIPKeeper(t, whereaboutsREADMEDualStack, "")},
 		{"production NetworkAttachmentDefinition", []byte(nadConfig(t, prod))},
-		{"explicit kubernetes, IPv4", withKubernetes(asIPKeeper(t, whereaboutsREADMEExclude, ""))},
-		{"explicit kubernetes, IPv6", withKubernetes(conf(`{"type": "ipkeeper", "range": "fd00::/64"}`))},
-		{"explicit kubernetes with etcd_host", conf(`{"type": "ipkeeper", "range": "10.0.0.0/24", "datastore": "kubernetes", "etcd_host": "e:2379"}`)},
+		{"explicit kubernetes, IPv4", explicit(asIPKeeper(t, whereaboutsREADMEExclude, ""))},
+		{"explicit kubernetes, IPv6", explicit(conf(`{"type": "ipkeeper", "range": "fd00::/64"}`))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parse(tc.in, testEnv(nil))
-			checkErr(t, err, "ipam.datastore", "Kubernetes API", `"datastore": {"type": "local"}`, `"type": "etcd"`)
+			in := tc.in
+			if !bytes.Contains(in, []byte(`"kubeconfig"`)) {
+				_, err := parse(in, testEnv(nil))
+				checkErr(t, err, "ipam.kubernetes.kubeconfig", "is missing", "Kubernetes API", "ipam.datastore")
+				in = withKubeconfig(in)
+			}
+			got, err := parse(in, testEnv(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Datastore{Type: DatastoreKubernetes, Kubeconfig: got.Kubeconfig,
+				DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}
+			if got.Kubeconfig == "" || !reflect.DeepEqual(got.Datastore, want) {
+				t.Errorf("datastore = %+v, want %+v", got.Datastore, want)
+			}
 		})
 	}
+	_, err = parse(conf(`{"type": "ipkeeper", "range": "10.0.0.0/24", "datastore": "kubernetes", "etcd_host": "e:2379"}`), testEnv(nil))
+	checkErr(t, err, "ipam.etcd_host", `ipam.datastore is "kubernetes"`)
 	// Host-local syntax, IPv4 and IPv6, without a datastore: the local default.
 	for _, in := range [][]byte{asIPKeeper(t, hostLocalREADME1, "n"), conf(`{"type": "ipkeeper", "subnet": "fd00::/64"}`)} {
 		got, err := parse(in, testEnv(nil))

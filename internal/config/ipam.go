@@ -169,7 +169,7 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 		}
 	}
 	// Last, so that a config's own mistakes are reported first.
-	return whereaboutsDefaultDatastore(&ri, out.Syntax)
+	return whereaboutsDatastore(&ri, out)
 }
 
 // nodeName resolves ipam.nodeName, $NODENAME, $KUBERNETES_NODE_NAME or the hostname.
