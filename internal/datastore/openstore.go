@@ -12,7 +12,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
@@ -31,9 +30,11 @@ import (
 // Every open pays one read of the marker (one Get: one round trip on
 // etcd); only an unmarked store pays more.
 //
-// kubernetes: kube.Open with ds.Kubeconfig (empty: in-cluster) and
-// ds.Prefix as the partition; it sends nothing. A plugin open takes the
-// node lock named after the kubeconfig's path and the partition first.
+// kubernetes: the opener package kubeopen registers (a binary that
+// imports it; others get ErrKubernetesNotLinked): kube.Open with
+// ds.Kubeconfig (empty: in-cluster) and ds.Prefix as the partition; it
+// sends nothing. A plugin open takes the node lock named after the
+// kubeconfig's path and the partition first.
 //
 // Errors: an unreachable backend or a lock not taken in time wraps
 // store.ErrUnavailable (and kv.ErrUnavailable for local and etcd); paths
@@ -110,11 +111,35 @@ func unavailable(err error) error {
 	return err
 }
 
+// ErrKubernetesNotLinked means the binary cannot open a kubernetes
+// datastore: the client library costs a short-lived process ~10 ms of
+// package initialization, so only binaries that import kubeopen carry it
+// (the plugin hands such configs to its sibling ipkeeper-kube).
+var ErrKubernetesNotLinked = errors.New("this binary does not include the kubernetes datastore")
+
+// kubeOpen opens a Kubernetes datastore's client; nil until kubeopen is
+// linked.
+var kubeOpen func(shared bool, ds config.Datastore) (store.Store, error)
+
+// RegisterKubernetes installs the opener of kubernetes datastores; the
+// package kubeopen calls it from its init. shared tells a long-running
+// process's open from the plugin's.
+func RegisterKubernetes(open func(shared bool, ds config.Datastore) (store.Store, error)) {
+	kubeOpen = open
+}
+
+// KubernetesLinked reports whether this binary can open a kubernetes
+// datastore.
+func KubernetesLinked() bool { return kubeOpen != nil }
+
 // openKube opens the Kubernetes datastore; a plugin open holds the node
 // lock until Close. The kubeconfig is loaded before the lock is taken, so
 // a bad one creates nothing.
 func openKube(ctx context.Context, ds config.Datastore, shared bool) (store.Store, error) {
-	ks, err := kube.Open(kube.Config{Kubeconfig: ds.Kubeconfig, Prefix: ds.Prefix, Timeout: ds.RequestTimeout})
+	if kubeOpen == nil {
+		return nil, fmt.Errorf("%w (import internal/datastore/kubeopen)", ErrKubernetesNotLinked)
+	}
+	ks, err := kubeOpen(shared, ds)
 	if err != nil {
 		return nil, err
 	}

@@ -366,39 +366,15 @@ func TestOpenStoreErrors(t *testing.T) {
 	}
 }
 
-// A plugin open of the kubernetes datastore checks the node lock
-// directory as Open does for etcd: one others may write is refused with
-// ErrBadPath naming it, and no lock file is created. (No API server is
-// needed: kube.Open sends nothing.)
-func TestOpenStoreKubernetesBadLockDir(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600); err != nil {
-		t.Fatal(err)
+// A binary that does not link kubeopen (this test's) refuses a kubernetes
+// datastore with ErrKubernetesNotLinked, which the plugin hands to its
+// sibling ipkeeper-kube; local and etcd do not need it.
+func TestOpenStoreKubernetesNotLinked(t *testing.T) {
+	if KubernetesLinked() {
+		t.Fatal("kubeopen is linked into the datastore package's tests")
 	}
-	dir := filepath.Join(t.TempDir(), "locks")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
+	_, err := OpenStore(t.Context(), config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: "/nonexistent"}, false)
+	if !errors.Is(err, ErrKubernetesNotLinked) {
+		t.Fatalf("OpenStore(kubernetes) without kubeopen: %v, want ErrKubernetesNotLinked", err)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(LockDirEnv, dir)
-	ds := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kubeconfig}
-	if _, err := OpenStore(t.Context(), ds, false); !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), dir) {
-		t.Fatalf("plugin open with a world-writable lock directory: %v, want ErrBadPath naming %s", err, dir)
-	}
-	if es, _ := os.ReadDir(dir); len(es) != 0 {
-		t.Fatalf("a refused open created %v", es)
-	}
-	s, err := OpenStore(t.Context(), ds, true) // shared: no lock, nothing checked or sent
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
 }
