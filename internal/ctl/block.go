@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 type allocView struct {
@@ -77,7 +77,7 @@ func (c *cli) blockCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
 				v, err := blocksIn(cmd.Context(), a, q, pool)
 				if err != nil {
 					return err
@@ -109,7 +109,7 @@ func parseQuery(s string) (netip.Prefix, error) {
 
 // blocksIn returns the claimed blocks overlapping q: the block holding q
 // when q is within one, else every claimed block inside q.
-func blocksIn(ctx context.Context, a *allocator.Allocator, q netip.Prefix, only string) (blocksView, error) {
+func blocksIn(ctx context.Context, a *allocator.StoreAllocator, q netip.Prefix, only string) (blocksView, error) {
 	v := blocksView{Query: q.String(), Blocks: []blockView{}}
 	pools, err := a.Pools(ctx)
 	if err != nil {
@@ -121,37 +121,29 @@ func blocksIn(ctx context.Context, a *allocator.Allocator, q netip.Prefix, only 
 			continue
 		}
 		found = true
-		var blocks []ipam.Block
+		var blocks []claimedBlock
 		if q.Bits() >= p.BlockSize {
 			cidr, _ := q.Addr().Prefix(p.BlockSize)
-			es, err := a.Store().Get(ctx, allocator.BlockKey(p.Name, cidr))
+			cb, claimed, err := readClaim(ctx, a.Store(), store.BlockRef{Pool: p.Name, CIDR: cidr})
 			if err != nil {
 				return v, err
 			}
-			if es[0].Version != 0 {
-				var b ipam.Block
-				if err := json.Unmarshal(es[0].Value, &b); err != nil {
-					return v, fmt.Errorf("%w: %s: %v", allocator.ErrCorrupt, es[0].Key, err)
-				}
-				blocks = append(blocks, b)
+			if claimed {
+				blocks = append(blocks, cb)
 			}
 		} else {
-			all, err := a.Blocks(ctx, p.Name)
+			all, err := readClaimed(ctx, a.Store(), store.ClaimSelector{Pool: p.Name})
 			if err != nil {
 				return v, err
 			}
-			for _, b := range all {
-				if q.Contains(b.CIDR.Addr()) {
-					blocks = append(blocks, b)
+			for _, cb := range all {
+				if q.Contains(cb.Claim.CIDR.Addr()) {
+					blocks = append(blocks, cb)
 				}
 			}
 		}
-		for _, b := range blocks {
-			bv, err := describeBlock(ctx, a, p, b)
-			if err != nil {
-				return v, err
-			}
-			v.Blocks = append(v.Blocks, bv)
+		for _, cb := range blocks {
+			v.Blocks = append(v.Blocks, describeBlock(p, cb))
 		}
 	}
 	if !found {
@@ -160,29 +152,21 @@ func blocksIn(ctx context.Context, a *allocator.Allocator, q netip.Prefix, only 
 	return v, nil
 }
 
-// describeBlock spells out every allocation of b with its handle.
-func describeBlock(ctx context.Context, a *allocator.Allocator, p ipam.Pool, b ipam.Block) (blockView, error) {
-	v := blockView{CIDR: b.CIDR.String(), Pool: p.Name, Node: b.Node, Size: b.Size(), InUse: b.InUse(),
-		Free: b.FreeCount(p), Allocations: []allocView{}}
-	allocs := b.Allocations()
-	keys := make([]string, len(allocs))
-	for i, al := range allocs {
-		keys[i] = allocator.HandleKey(al.Handle)
-	}
-	if len(keys) == 0 {
-		return v, nil
-	}
-	es, err := a.Store().Get(ctx, keys...)
-	if err != nil {
-		return v, err
-	}
-	for i, al := range allocs {
-		av := allocView{Addr: al.Addr.String(), Handle: al.Handle, NoRecord: es[i].Version == 0}
-		var h ipam.Handle
-		if es[i].Version != 0 && json.Unmarshal(es[i].Value, &h) == nil {
-			av.Namespace, av.Pod, av.Node, av.Created = h.Namespace, h.Pod, h.Node, h.Created
+// describeBlock spells out every allocation of a claimed block with its
+// handle's record.
+func describeBlock(p ipam.Pool, cb claimedBlock) blockView {
+	b := cb.Block
+	v := blockView{CIDR: b.CIDR.String(), Pool: p.Name, Node: shownNode(cb.Claim.Node), Size: b.Size(), InUse: b.InUse(),
+		Free: cb.freeCount(p), Allocations: []allocView{}}
+	for _, al := range b.Allocations() {
+		av := allocView{Addr: al.Addr.String(), Handle: al.Handle}
+		_, rec := cb.record(ordinal(b.CIDR, al.Addr))
+		if rec == nil {
+			av.NoRecord = true
+		} else {
+			av.Namespace, av.Pod, av.Node, av.Created = rec.Namespace, rec.Pod, rec.Node, rec.Created
 		}
 		v.Allocations = append(v.Allocations, av)
 	}
-	return v, nil
+	return v
 }

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 type checkView struct {
@@ -42,8 +44,8 @@ func (k *kubeCheck) table(w io.Writer) {
 
 func (v checkView) table(w io.Writer) {
 	c := v.Counts
-	fmt.Fprintf(w, "checked %d pools, %d blocks, %d handles, %d affinity records, %d allocated addresses: ",
-		c.Pools, c.Blocks, c.Handles, c.Affinities, c.Allocated)
+	fmt.Fprintf(w, "checked %d pools, %d block claims, %d node objects, %d blocks, %d handle records, %d allocated addresses: ",
+		c.Pools, c.Claims, c.Nodes, c.Blocks, c.Handles, c.Allocated)
 	if len(v.Problems) == 0 {
 		fmt.Fprintln(w, "no problems")
 	} else {
@@ -101,12 +103,15 @@ func (c *cli) checkCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check [--repair] [--kubeconfig FILE]",
 		Short: "Check the datastore's consistency (and, with --kubeconfig, leaked addresses); --repair fixes what is provably safe",
-		Long: `Check reads the whole datastore at once and reports: addresses held by two
-handles, handles listing addresses their block does not give them,
-allocated addresses without a handle, blocks affine to a node without the
-node's affinity record (and records without their block), empty handles,
-blocks whose free and allocated addresses do not add up, and values that
-cannot be read. Without --repair nothing is written.
+		Long: `Check reads every pool, block claim and node object and reports: addresses
+held by two handles, blocks held by two nodes or overlapping, blocks a node
+holds without a claim (and claims whose node does not hold the block),
+blocks claimed by another node than the one holding them, loans without
+the lender's record (and records without the borrower's loan), blocks of
+pools that do not exist, pools left marked by an interrupted 'pool rm', and
+objects that cannot be read. A finding is reported only when a second read
+of the objects involved shows it again. Without --repair nothing is
+written.
 
 --repair makes only changes that can neither hand out an address some
 record still claims nor leave an address taken without a handle that can
@@ -128,12 +133,12 @@ and all repaired, 1 the check could not run.`,
 				report consistency.Report
 				result consistency.RepairResult
 			)
-			err := c.withStore(ctx, func(a *allocator.Allocator) error {
+			err := c.withStore(ctx, func(a *allocator.StoreAllocator) error {
 				var err error
 				if repair {
-					result, err = consistency.Repair(ctx, a.Store())
+					result, err = consistency.RepairStore(ctx, a.Store())
 				} else {
-					report, err = consistency.Check(ctx, a.Store())
+					report, err = consistency.CheckStore(ctx, a.Store())
 				}
 				return err
 			})
@@ -192,6 +197,10 @@ type gcView struct {
 	Released []gcEntry `json:"released"`
 	// Kept counts this node's handles whose owners may be live.
 	Kept int `json:"kept"`
+	// Adopted lists the blocks ("pool/cidr") this node had claimed
+	// without holding them (an ADD stopped after its claim), which gc
+	// added to the node's object, empty, as its next ADD would.
+	Adopted []string `json:"adopted,omitempty"`
 }
 
 func (v gcView) table(w io.Writer) {
@@ -200,6 +209,9 @@ func (v gcView) table(w io.Writer) {
 		verb = "would release"
 	}
 	fmt.Fprintf(w, "node %s: %s %d handles, kept %d\n", v.Node, verb, len(v.Released), v.Kept)
+	if len(v.Adopted) > 0 {
+		fmt.Fprintf(w, "adopted %d claimed blocks: %s\n", len(v.Adopted), strings.Join(v.Adopted, ", "))
+	}
 	if len(v.Released) == 0 {
 		return
 	}
@@ -217,20 +229,27 @@ func (c *cli) gcCmd() *cobra.Command {
 		Long: `gc releases every handle of this node (--node) whose container's network
 namespace no longer exists, and prints what it released. Handles of other
 nodes, handles that recorded no namespace, and namespaces that cannot be
-seen from here (no /var/run/netns in this mount namespace) are kept.`,
+seen from here (no /var/run/netns in this mount namespace) are kept. Each
+handle is released as it was read: one allocated again meanwhile is kept.
+
+It then adopts the blocks this node claimed but does not hold (what an ADD
+killed after claiming leaves), as the node's next ADD would, so that
+'ipkeeperctl check' finds the node's state whole.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+				ctx := cmd.Context()
 				node, err := c.nodeName()
 				if err != nil {
 					return err
 				}
-				hs, err := a.Handles(cmd.Context())
+				obs, err := a.ObserveHandles(ctx)
 				if err != nil {
 					return err
 				}
 				v := gcView{Node: node, DryRun: dryRun, Released: []gcEntry{}}
-				for _, h := range hs {
+				for _, o := range obs {
+					h := shownHandle(o.Handle)
 					if h.Node != node {
 						continue
 					}
@@ -245,7 +264,11 @@ seen from here (no /var/run/netns in this mount namespace) are kept.`,
 							v.Kept++
 							continue
 						}
-						freed, err := a.Release(cmd.Context(), h.ID)
+						freed, err := a.ReleaseObserved(ctx, o)
+						if errors.Is(err, allocator.ErrHandleChanged) {
+							v.Kept++ // released or allocated again since it was read
+							continue
+						}
 						if err != nil {
 							return err
 						}
@@ -255,6 +278,15 @@ seen from here (no /var/run/netns in this mount namespace) are kept.`,
 						e.Addrs = append(e.Addrs, ip.String())
 					}
 					v.Released = append(v.Released, e)
+				}
+				if !dryRun && store.ValidName("node", node) == nil {
+					adopted, err := a.AdoptClaims(ctx, node)
+					if err != nil {
+						return fmt.Errorf("adopt the blocks node %s claimed: %w", node, err)
+					}
+					for _, ref := range adopted {
+						v.Adopted = append(v.Adopted, ref.String())
+					}
 				}
 				return c.print(v)
 			})

@@ -19,7 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Exit statuses.
@@ -45,9 +45,9 @@ type Env struct {
 	Getenv func(string) string
 	// Hostname is the last fallback for the node name.
 	Hostname func() (string, error)
-	// Open opens a datastore (default datastore.OpenShared: the CLI never
+	// Open opens the typed datastore (default OpenStore: the CLI never
 	// takes the node lock plugin calls serialize on).
-	Open func(ctx context.Context, ds config.Datastore) (kv.Store, error)
+	Open func(ctx context.Context, ds config.Datastore) (store.Store, error)
 	// Exists reports whether a path exists, for the netns of a handle.
 	Exists func(path string) bool
 }
@@ -55,7 +55,14 @@ type Env struct {
 // OSEnv is the environment of the running process.
 func OSEnv() Env {
 	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Hostname: os.Hostname,
-		Open: datastore.OpenShared, Exists: pathExists}
+		Open: OpenStore, Exists: pathExists}
+}
+
+// OpenStore opens the typed datastore ds names as the CLI does:
+// datastore.OpenStore's shared open (no node lock; a local or etcd store
+// of the first layout is migrated first).
+func OpenStore(ctx context.Context, ds config.Datastore) (store.Store, error) {
+	return datastore.OpenStore(ctx, ds, true)
 }
 
 func pathExists(p string) bool {
@@ -148,9 +155,10 @@ datastore objects.
 The datastore is the one --config names (a CNI .conf or .conflist using the
 ipkeeper IPAM plugin), else the one IPKEEPER_DATASTORE, IPKEEPER_LOCAL_PATH,
 IPKEEPER_ETCD_ENDPOINTS, IPKEEPER_ETCD_CA, IPKEEPER_ETCD_CERT,
-IPKEEPER_ETCD_KEY and IPKEEPER_ETCD_PREFIX describe, else the local store
-at /var/lib/cni/ipkeeper. The --datastore, --local-path and --etcd-* flags
-override either.
+IPKEEPER_ETCD_KEY, IPKEEPER_ETCD_PREFIX, IPKEEPER_DATASTORE_KUBECONFIG and
+IPKEEPER_DATASTORE_PREFIX describe, else the local store at
+/var/lib/cni/ipkeeper. The --datastore, --local-path, --etcd-* and
+--datastore-kubeconfig/--datastore-prefix flags override either.
 
 Exit status: 0 success, 1 failure; check: 0 nothing found, 2 problems
 found (and left), 3 problems found and all repaired.`,
@@ -174,7 +182,7 @@ found (and left), 3 problems found and all repaired.`,
 }
 
 // withStore opens the datastore, runs f and closes the store again.
-func (c *cli) withStore(ctx context.Context, f func(a *allocator.Allocator) error) error {
+func (c *cli) withStore(ctx context.Context, f func(a *allocator.StoreAllocator) error) error {
 	ds, err := c.datastore()
 	if err != nil {
 		return err
@@ -183,7 +191,7 @@ func (c *cli) withStore(ctx context.Context, f func(a *allocator.Allocator) erro
 	if err != nil {
 		return fmt.Errorf("open %s datastore: %w", ds.Type, err)
 	}
-	err = f(allocator.New(st, nil))
+	err = f(allocator.NewStoreAllocator(st, nil))
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

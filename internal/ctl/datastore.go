@@ -20,19 +20,24 @@ type dsFlags struct {
 	cert      string
 	key       string
 	prefix    string
-	fs        *pflag.FlagSet
+	// kubeconfig and partition choose a kubernetes datastore.
+	kubeconfig string
+	partition  string
+	fs         *pflag.FlagSet
 }
 
 func (d *dsFlags) register(fs *pflag.FlagSet) {
 	d.fs = fs
 	fs.StringVar(&d.config, "config", "", "CNI network config (.conf or .conflist) whose ipkeeper datastore to use")
-	fs.StringVar(&d.typ, "datastore", "", "datastore type: local or etcd")
+	fs.StringVar(&d.typ, "datastore", "", "datastore type: local, etcd or kubernetes")
 	fs.StringVar(&d.localPath, "local-path", "", "directory of the local datastore (default /var/lib/cni/ipkeeper)")
 	fs.StringSliceVar(&d.endpoints, "etcd-endpoints", nil, "etcd endpoints of ipkeeper's datastore (URLs or host:port, comma-separated)")
 	fs.StringVar(&d.ca, "etcd-ca", "", "CA file verifying the etcd servers")
 	fs.StringVar(&d.cert, "etcd-cert", "", "client certificate file for etcd")
 	fs.StringVar(&d.key, "etcd-key", "", "client key file for etcd")
 	fs.StringVar(&d.prefix, "etcd-prefix", "", "etcd key prefix of ipkeeper's datastore (default /ipkeeper)")
+	fs.StringVar(&d.kubeconfig, "datastore-kubeconfig", "", "kubeconfig of the kubernetes datastore (default: in-cluster)")
+	fs.StringVar(&d.partition, "datastore-prefix", "", "partition of the kubernetes datastore (a DNS label; default none)")
 }
 
 // datastore resolves the datastore: --config's, else the environment's,
@@ -68,6 +73,7 @@ func (c *cli) datastore() (config.Datastore, error) {
 	set("certFile", base.CertFile)
 	set("keyFile", base.KeyFile)
 	set("prefix", base.Prefix)
+	set("kubeconfig", base.Kubeconfig)
 	if len(base.Endpoints) > 0 {
 		raw["endpoints"] = base.Endpoints
 	}
@@ -91,6 +97,22 @@ func (c *cli) datastore() (config.Datastore, error) {
 		if changed(f.flag) {
 			raw[f.key] = *f.val
 		}
+	}
+	if changed("datastore-kubeconfig") {
+		p, err := filepath.Abs(d.kubeconfig)
+		if err != nil || d.kubeconfig == "" {
+			return config.Datastore{}, fmt.Errorf("--datastore-kubeconfig %q: want a kubeconfig file", d.kubeconfig)
+		}
+		raw["kubeconfig"] = p
+	}
+	if changed("datastore-prefix") {
+		if base.Type != config.DatastoreKubernetes {
+			return config.Datastore{}, fmt.Errorf("--datastore-prefix names the partition of a %q datastore, not of %q: use --etcd-prefix for etcd", config.DatastoreKubernetes, dsName(base.Type))
+		}
+		raw["prefix"] = d.partition
+	}
+	if changed("etcd-prefix") && base.Type == config.DatastoreKubernetes {
+		return config.Datastore{}, fmt.Errorf("--etcd-prefix is set for a %q datastore: name its partition with --datastore-prefix", config.DatastoreKubernetes)
 	}
 	if changed("etcd-endpoints") {
 		raw["endpoints"] = d.endpoints

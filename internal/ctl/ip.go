@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // handleView is a handle as ipkeeperctl prints it.
@@ -90,8 +89,10 @@ func parseAddr(s string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
-// lookup returns what every pool holding addr says about it.
-func lookup(ctx context.Context, a *allocator.Allocator, addr netip.Addr, only string) ([]holding, error) {
+// lookup returns what every pool holding addr says about it: the claim
+// of the address's block and, from the object of the node it names, the
+// block's owner of the address and that handle's record.
+func lookup(ctx context.Context, a *allocator.StoreAllocator, addr netip.Addr, only string) ([]holding, error) {
 	pools, err := a.Pools(ctx)
 	if err != nil {
 		return nil, err
@@ -103,33 +104,23 @@ func lookup(ctx context.Context, a *allocator.Allocator, addr netip.Addr, only s
 		}
 		cidr, _ := addr.Prefix(p.BlockSize)
 		h := holding{Pool: p.Name, Block: cidr.String()}
-		es, err := a.Store().Get(ctx, allocator.BlockKey(p.Name, cidr))
+		cb, claimed, err := readClaim(ctx, a.Store(), store.BlockRef{Pool: p.Name, CIDR: cidr})
 		if err != nil {
 			return nil, err
 		}
-		var b ipam.Block
-		if es[0].Version != 0 {
-			if err := json.Unmarshal(es[0].Value, &b); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", allocator.ErrCorrupt, es[0].Key, err)
-			}
-		}
-		owner, held := b.Owners[ordinal(cidr, addr)]
+		owner, rec := cb.record(ordinal(cidr, addr))
 		switch {
-		case es[0].Version != 0 && held:
-			h.State, h.HandleID, h.BlockNode = stateAllocated, owner, b.Node
-			hr, ok, err := a.Handle(ctx, owner)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				h.Handle = newHandleView(hr)
+		case claimed && owner != "":
+			h.State, h.HandleID, h.BlockNode = stateAllocated, owner, shownNode(cb.Claim.Node)
+			if rec != nil {
+				h.Handle = newHandleView(*rec)
 			}
 		case !p.Permits(addr):
-			h.State, h.BlockNode = stateReserved, b.Node
-		case es[0].Version == 0:
+			h.State, h.BlockNode = stateReserved, shownNode(cb.Claim.Node)
+		case !claimed:
 			h.State = stateUnclaimed
 		default:
-			h.State, h.BlockNode = stateFree, b.Node
+			h.State, h.BlockNode = stateFree, shownNode(cb.Claim.Node)
 		}
 		out = append(out, h)
 	}
@@ -161,7 +152,7 @@ func (c *cli) ipShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
 				hs, err := lookup(cmd.Context(), a, addr, pool)
 				if err != nil {
 					return err
@@ -212,7 +203,7 @@ that exists, and the allocation is not an older sandbox of it (see
 			if err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
 				node, err := c.nodeName()
 				if err != nil && !force {
 					return err
@@ -240,7 +231,7 @@ that exists, and the allocation is not an older sandbox of it (see
 				h := held[0]
 				live, why := c.liveness(h, node)
 				if kf.kubeconfig != "" && h.Handle != nil && h.Handle.Pod != "" {
-					hs, err := a.Handles(cmd.Context())
+					hs, err := shownHandles(cmd.Context(), a)
 					if err != nil {
 						return err
 					}
@@ -263,13 +254,13 @@ that exists, and the allocation is not an older sandbox of it (see
 					return fmt.Errorf("refusing to release %s: %s; use --force to release it anyway", addr, why)
 				}
 				owner, err := a.ReleaseAddrHeldBy(cmd.Context(), h.Pool, addr, h.HandleID)
-				if errors.Is(err, allocator.ErrHolderChanged) || errors.Is(err, kv.ErrConflict) {
+				if errors.Is(err, allocator.ErrHolderChanged) || errors.Is(err, store.ErrConflict) {
 					return fmt.Errorf("%s changed hands while releasing it, nothing released: run the command again: %w", addr, err)
 				}
 				if err != nil {
 					return err
 				}
-				return c.print(releasedView{Addr: addr.String(), Pool: h.Pool, Handle: newHandleView(owner), Forced: force})
+				return c.print(releasedView{Addr: addr.String(), Pool: h.Pool, Handle: newHandleView(shownHandle(owner)), Forced: force})
 			})
 		},
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 type poolUsage struct {
@@ -77,7 +78,7 @@ func (c *cli) showCmd() *cobra.Command {
 		Short: "Utilization: per pool TOTAL / IN USE / FREE, per block (--blocks), per node (--nodes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
 				v, err := usage(cmd, a, pool, blocks, nodes)
 				if err != nil {
 					return err
@@ -92,7 +93,7 @@ func (c *cli) showCmd() *cobra.Command {
 	return cmd
 }
 
-func usage(cmd *cobra.Command, a *allocator.Allocator, only string, withBlocks, withNodes bool) (showView, error) {
+func usage(cmd *cobra.Command, a *allocator.StoreAllocator, only string, withBlocks, withNodes bool) (showView, error) {
 	ctx := cmd.Context()
 	pools, err := a.Pools(ctx)
 	if err != nil {
@@ -108,25 +109,33 @@ func usage(cmd *cobra.Command, a *allocator.Allocator, only string, withBlocks, 
 	if withBlocks {
 		v.Blocks = []blockUsage{}
 	}
+	sel := store.ClaimSelector{Pool: only}
+	claimed, err := readClaimed(ctx, a.Store(), sel)
+	if err != nil {
+		return showView{}, err
+	}
+	byPool := map[string][]claimedBlock{}
+	for _, cb := range claimed {
+		byPool[cb.Claim.Pool] = append(byPool[cb.Claim.Pool], cb)
+	}
 	affine := map[string]int{}
 	for _, p := range pools {
-		bs, err := a.Blocks(ctx, p.Name)
-		if err != nil {
-			return showView{}, err
-		}
+		bs := byPool[p.Name]
 		u := poolUsage{Name: p.Name, CIDR: p.CIDR.String(), Total: p.Usable()}
 		var permitted, free uint64
-		slices.SortFunc(bs, func(x, y ipam.Block) int { return x.CIDR.Addr().Compare(y.CIDR.Addr()) })
-		for _, b := range bs {
+		slices.SortFunc(bs, func(x, y claimedBlock) int { return x.Claim.CIDR.Addr().Compare(y.Claim.CIDR.Addr()) })
+		for _, cb := range bs {
+			b := cb.Block
 			permitted += uint64(p.PermittedIn(b.CIDR))
-			free += uint64(b.FreeCount(p))
+			free += uint64(cb.freeCount(p))
 			u.InUse += uint64(b.InUse())
-			if b.Node != "" {
-				affine[b.Node]++
+			node := shownNode(cb.Claim.Node)
+			if node != "" {
+				affine[node]++
 			}
 			if withBlocks {
-				v.Blocks = append(v.Blocks, blockUsage{CIDR: b.CIDR.String(), Pool: p.Name, Node: b.Node,
-					Size: b.Size(), InUse: b.InUse(), Free: b.FreeCount(p)})
+				v.Blocks = append(v.Blocks, blockUsage{CIDR: b.CIDR.String(), Pool: p.Name, Node: node,
+					Size: b.Size(), InUse: b.InUse(), Free: cb.freeCount(p)})
 			}
 		}
 		// Unclaimed blocks are free as a whole.
@@ -137,7 +146,7 @@ func usage(cmd *cobra.Command, a *allocator.Allocator, only string, withBlocks, 
 		v.Pools = append(v.Pools, u)
 	}
 	if withNodes {
-		hs, err := a.Handles(ctx)
+		hs, err := shownHandles(ctx, a)
 		if err != nil {
 			return showView{}, err
 		}
