@@ -69,9 +69,11 @@ func TestAPIPoolsNodesBlocksSearch(t *testing.T) {
 	opts.Leaks = leaks
 	s := startUI(t, opts)
 	waitFor(t, s.u, "the leak candidate", func() bool { return len(s.u.m.leaks) == 1 })
+	// The map shows the revision of the local file it read.
+	rev := `"revision": ` + itoa(int(localRevision(t, dir)))
 
 	checkJSON(t, "/api/pools", s.getAny(t, "/api/pools", 200), `{
-	  "revision": 8, "loaded": true,
+	  `+rev+`, "loaded": true,
 	  "colors": {"node-a": "`+colorA+`", "node-b": "`+colorB+`"},
 	  "pools": [
 	    {"name": "a-v4", "cidr": "10.20.0.0/24", "family": 4, "blockSize": 26, "blockAddrs": 64, "blockBits": 2,
@@ -103,13 +105,13 @@ func TestAPIPoolsNodesBlocksSearch(t *testing.T) {
 	     "trailingGap": 288230376151711743}
 	  ]}`, "generation", "updated")
 
-	checkJSON(t, "/api/nodes", s.getAny(t, "/api/nodes", 200), `{"revision": 8, "nodes": [
+	checkJSON(t, "/api/nodes", s.getAny(t, "/api/nodes", 200), `{`+rev+`, "nodes": [
 	  {"name": "node-a", "color": "`+colorA+`", "blocks": 3, "addresses": 144, "inUse": 5, "borrowed": 0, "lent": 1, "handles": 3, "leaks": 1},
 	  {"name": "node-b", "color": "`+colorB+`", "blocks": 1, "addresses": 64, "inUse": 1, "borrowed": 1, "lent": 0, "handles": 2, "leaks": 0}]}`,
 		"generation")
 
 	since := `"since": "2026-03-01T12:00:00Z"`
-	tinyWant := `{"revision": 8, "pool": "b-tiny", "cidr": "10.30.0.0/28", "claimed": true, "node": "node-a", "color": "` + colorA + `",
+	tinyWant := `{` + rev + `, "pool": "b-tiny", "cidr": "10.30.0.0/28", "claimed": true, "node": "node-a", "color": "` + colorA + `",
 	  "size": 16, "inUse": 2, "reserved": 2, "borrowed": 1, "leaks": 0, "orphans": 0, "map": "rub............r",
 	  "addresses": [
 	    {"addr": "10.30.0.0", "ordinal": 0, "state": "reserved", "reason": "network"},
@@ -123,7 +125,7 @@ func TestAPIPoolsNodesBlocksSearch(t *testing.T) {
 		checkJSON(t, "/api/blocks/"+ref, s.getAny(t, "/api/blocks/"+ref, 200), tinyWant, "generation")
 	}
 
-	checkJSON(t, "leaky block", s.getAny(t, "/api/blocks/10.20.0.0/26?pool=a-v4", 200), `{"revision": 8, "pool": "a-v4",
+	checkJSON(t, "leaky block", s.getAny(t, "/api/blocks/10.20.0.0/26?pool=a-v4", 200), `{`+rev+`, "pool": "a-v4",
 	  "cidr": "10.20.0.0/26", "claimed": true, "node": "node-a", "color": "`+colorA+`", "size": 64, "inUse": 2, "reserved": 2,
 	  "borrowed": 0, "leaks": 1, "orphans": 0, "map": "rrl.......u`+strings.Repeat(".", 53)+`",
 	  "addresses": [
@@ -136,13 +138,13 @@ func TestAPIPoolsNodesBlocksSearch(t *testing.T) {
 	    {"addr": "10.20.0.10", "ordinal": 10, "state": "used", "handle": "net.ctr-web-1.eth0", "pod": "web-1", "namespace": "default",
 	     "node": "node-a", "containerID": "ctr-web-1", "ifname": "eth0", `+since+`}]}`, "generation")
 
-	checkJSON(t, "unclaimed block", s.getAny(t, "/api/blocks/10.20.0.192/26", 200), `{"revision": 8, "pool": "a-v4",
+	checkJSON(t, "unclaimed block", s.getAny(t, "/api/blocks/10.20.0.192/26", 200), `{`+rev+`, "pool": "a-v4",
 	  "cidr": "10.20.0.192/26", "claimed": false, "color": "#8c8c8c", "size": 64, "inUse": 0, "reserved": 9, "borrowed": 0,
 	  "leaks": 0, "orphans": 0, "map": "........rrrrrrrr`+strings.Repeat(".", 47)+`r",
 	  "addresses": [`+reservedRun("10.20.0.", 200, 8, 8, "excluded 10.20.0.200/29")+`,
 	    {"addr": "10.20.0.255", "ordinal": 63, "state": "reserved", "reason": "broadcast"}]}`, "generation")
 
-	checkJSON(t, "IPv6 block", s.getAny(t, "/api/blocks/fd00:10::/122", 200), `{"revision": 8, "pool": "c-v6",
+	checkJSON(t, "IPv6 block", s.getAny(t, "/api/blocks/fd00:10::/122", 200), `{`+rev+`, "pool": "c-v6",
 	  "cidr": "fd00:10::/122", "claimed": true, "node": "node-a", "color": "`+colorA+`", "size": 64, "inUse": 1, "reserved": 1,
 	  "borrowed": 0, "leaks": 0, "orphans": 0, "map": "r....u`+strings.Repeat(".", 58)+`",
 	  "addresses": [

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Address states in a block's map (one character per address) and in its
@@ -102,7 +102,7 @@ func (m *model) blockDetail(ref netip.Prefix, bare bool, pool string) (blockDeta
 		if !bare && ref != cidr {
 			return blockDetail{}, fmt.Errorf("%s is not a block of pool %q (its blocks are /%d: %s)", ref, ps.pool.Name, ps.pool.BlockSize, cidr)
 		}
-		bs = m.blocks[allocator.BlockKey(ps.pool.Name, cidr)]
+		bs = m.blocks[store.BlockRef{Pool: ps.pool.Name, CIDR: cidr}]
 	} else {
 		// A block of a pool whose definition is gone.
 		for _, b := range m.blocks {
@@ -163,7 +163,7 @@ func (m *model) addrState(b ipam.Block, p *ipam.Pool, ord int) addrView {
 	}
 	if id, held := b.Owners[ord]; held {
 		av.Handle = id
-		if h := m.byID[id]; h != nil {
+		if h := m.handles[id]; h != nil {
 			av.State = stateUsed
 			if h.node != "" && b.Node != "" && h.node != b.Node {
 				av.State = stateBorrowed

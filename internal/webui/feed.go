@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	// The map is served by long-running processes (ipkeeperctl ui, the
+	// controller), never by the plugin: it opens every datastore type.
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
@@ -21,29 +23,39 @@ type feed interface {
 	run(ctx context.Context)
 }
 
-// revisioner is a store that can tell its revision cheaply (local, etcd).
+// revisioner is a store that can tell its revision cheaply (kvbacked on
+// the local file or etcd): an unchanged revision means nothing changed.
 type revisioner interface {
 	Revision(ctx context.Context) (int64, error)
 }
 
-// watcher is a store that streams its changes (etcd).
+// watcher is a store that streams its changes (kvbacked on etcd).
 type watcher interface {
 	revisioner
-	Watch(ctx context.Context, prefix string, after int64, fn func(rev int64, evs []etcd.Event)) error
+	Watchable() bool
+	Watch(ctx context.Context, after int64, fn func(rev int64, evs []kvbacked.Event)) error
 }
 
 // retryWait is the pause after a failed read or a broken watch.
 const retryWait = time.Second
 
+// pollBackoff spaces polls of a store without a revision or a watch (the
+// Kubernetes API): the next poll starts at least this many times the
+// last poll's duration after it ended, so a slow full read never takes
+// more than a quarter of the map's time (or of the API server's for it).
+const pollBackoff = 3
+
+// openStore is Options.Open's default: the typed store as the admin CLI
+// and the controller open it.
+func openStore(ctx context.Context, ds config.Datastore) (store.Store, error) {
+	return datastore.OpenStore(ctx, ds, true)
+}
+
 // feed picks how to follow the datastore; the returned func closes what
 // it opened.
 func (u *UI) feed(ctx context.Context) (feed, func(), error) {
 	if u.opts.Store != nil {
-		if w, ok := u.opts.Store.(watcher); ok {
-			return &watchFeed{st: u.opts.Store, w: w, m: u.m}, func() {}, nil
-		}
-		open := func(context.Context) (kv.Store, error) { return u.opts.Store, nil }
-		return &pollFeed{open: open, keep: true, m: u.m, every: u.opts.PollInterval}, func() {}, nil
+		return u.feedOn(u.opts.Store), func() {}, nil
 	}
 	ds := u.opts.Datastore
 	if ds.Type == "" || ds.Type == config.DatastoreLocal {
@@ -51,40 +63,23 @@ func (u *UI) feed(ctx context.Context) (feed, func(), error) {
 		if dir == "" {
 			dir = datastore.DefaultLocalPath
 		}
-		open := func(ctx context.Context) (kv.Store, error) { return u.opts.Open(ctx, ds) }
+		open := func(ctx context.Context) (store.Store, error) { return u.opts.Open(ctx, ds) }
 		return &pollFeed{open: open, file: filepath.Join(dir, local.FileName), m: u.m, every: u.opts.PollInterval}, func() {}, nil
 	}
 	st, err := u.opts.Open(ctx, ds)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s datastore: %w", ds.Type, err)
 	}
-	closeSt := func() { _ = st.Close() }
-	if w, ok := st.(watcher); ok {
-		return &watchFeed{st: st, w: w, m: u.m}, closeSt, nil
-	}
-	return &pollFeed{open: func(context.Context) (kv.Store, error) { return st, nil }, keep: true, m: u.m, every: u.opts.PollInterval}, closeSt, nil
+	return u.feedOn(st), func() { _ = st.Close() }, nil
 }
 
-// readAll lists every pool, block and handle.
-func readAll(ctx context.Context, st kv.Store) ([]kv.KeyValue, error) {
-	var out []kv.KeyValue
-	for _, p := range []string{allocator.PoolPrefix, allocator.BlockPrefix, allocator.HandlePrefix} {
-		es, err := st.List(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, es...)
+// feedOn follows st, which stays open: by its watch when it has one, else
+// by polling it.
+func (u *UI) feedOn(st store.Store) feed {
+	if w, ok := st.(watcher); ok && w.Watchable() {
+		return &watchFeed{st: st, w: w, m: u.m}
 	}
-	return out, nil
-}
-
-// maxVersion is the revision a store without one is shown at.
-func maxVersion(es []kv.KeyValue) int64 {
-	var v int64
-	for _, e := range es {
-		v = max(v, e.Version)
-	}
-	return v
+	return &pollFeed{open: func(context.Context) (store.Store, error) { return st, nil }, keep: true, m: u.m, every: u.opts.PollInterval}
 }
 
 // pollFeed reads the whole state when something may have changed. With
@@ -93,9 +88,12 @@ func maxVersion(es []kv.KeyValue) int64 {
 // and looks at the file every interval: only a notification or a changed
 // modification time, size or inode makes it open the store, and an
 // unchanged revision ends the read there. The store is opened and closed
-// per read unless keep is set. Without file it reads every interval.
+// per read unless keep is set. Without file it reads every interval (and
+// at least pollBackoff times the last read's duration after it), ending
+// at the revision when the store has one; node objects at a version the
+// mirror holds are not decoded again.
 type pollFeed struct {
-	open  func(ctx context.Context) (kv.Store, error)
+	open  func(ctx context.Context) (store.Store, error)
 	keep  bool
 	file  string
 	m     *model
@@ -122,15 +120,17 @@ func (f *pollFeed) run(ctx context.Context) {
 	if f.file != "" {
 		f.notify = watchFile(ctx, f.file)
 	}
-	t := time.NewTicker(f.every)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		f.poll(ctx)
+		t := time.NewTimer(max(f.every, pollBackoff*time.Since(start)))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		case <-f.notify:
+			t.Stop()
 			// The file was written: read now, but open the store at most
 			// once per interval.
 			if wait := f.every - time.Since(f.opened); wait > 0 {
@@ -151,7 +151,7 @@ func (f *pollFeed) poll(ctx context.Context) {
 		if errors.Is(err, os.ErrNotExist) {
 			// Nothing was ever allocated here; opening would create it.
 			if !f.read || f.lastRev != 0 {
-				f.m.replace(0, nil)
+				f.m.replace(snapshot{})
 			}
 			f.read, f.lastRev, f.stamp = true, 0, fileStamp{}
 			f.m.setStatus(nil)
@@ -194,23 +194,23 @@ func (f *pollFeed) load(ctx context.Context) error {
 	if !f.keep {
 		defer st.Close()
 	}
-	rev := int64(-1)
+	rev := int64(0)
 	if r, ok := st.(revisioner); ok {
-		if rev, err = r.Revision(ctx); err != nil {
+		switch rev, err = r.Revision(ctx); {
+		case errors.Is(err, errors.ErrUnsupported):
+			rev = 0
+		case err != nil:
 			return err
-		}
-		if f.read && rev == f.lastRev {
+		case f.read && rev == f.lastRev:
 			return nil
 		}
 	}
-	es, err := readAll(ctx, st)
+	s, err := readSnapshot(ctx, st, f.m.nodeVersions())
 	if err != nil {
 		return err
 	}
-	if rev < 0 {
-		rev = maxVersion(es)
-	}
-	f.m.replace(rev, es)
+	s.rev = rev
+	f.m.replace(s)
 	f.read, f.lastRev = true, rev
 	return nil
 }
@@ -220,7 +220,7 @@ func (f *pollFeed) load(ctx context.Context) error {
 // already saw are ignored by version). A broken watch is followed by a
 // fresh full read, which the mirror diffs, so nothing is missed.
 type watchFeed struct {
-	st kv.Store
+	st store.Store
 	w  watcher
 	m  *model
 }
@@ -244,17 +244,12 @@ func (f *watchFeed) once(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	es, err := readAll(ctx, f.st)
+	s, err := readSnapshot(ctx, f.st, f.m.nodeVersions())
 	if err != nil {
 		return err
 	}
-	f.m.replace(rev, es)
+	s.rev = rev
+	f.m.replace(s)
 	f.m.setStatus(nil)
-	return f.w.Watch(ctx, "", rev, func(rev int64, evs []etcd.Event) {
-		chs := make([]change, 0, len(evs))
-		for _, e := range evs {
-			chs = append(chs, change{key: e.Key, value: e.Value, version: e.Version, del: e.Delete})
-		}
-		f.m.apply(rev, chs)
-	})
+	return f.w.Watch(ctx, rev, f.m.apply)
 }

@@ -14,9 +14,10 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // fixtureTime is when every fixture handle was created.
@@ -48,23 +49,29 @@ var fixtureAllocs = []fixtureAlloc{
 	{id: "net.ctr-tiny-2.eth0", node: "node-b", pod: "tiny-2", sets: [][]string{{"b-tiny"}}},
 }
 
-// writeFixture fills a local store in dir through the allocator and
+// writeFixture fills the local store in dir through the allocator and
 // closes it again; it returns the handles as stored.
 func writeFixture(t *testing.T, dir string) map[string]ipam.Handle {
 	t.Helper()
-	ctx := context.Background()
-	st, err := local.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openLocal(t, dir)
 	defer st.Close()
 	return fillFixture(t, st)
 }
 
-func fillFixture(t *testing.T, st kv.Store) map[string]ipam.Handle {
+// openLocal opens the typed local store in dir as the CLI does.
+func openLocal(t *testing.T, dir string) store.Store {
+	t.Helper()
+	st, err := datastore.OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: dir}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func fillFixture(t *testing.T, st store.Store) map[string]ipam.Handle {
 	t.Helper()
 	ctx := context.Background()
-	a := allocator.New(st, nil)
+	a := allocator.NewStoreAllocator(st, nil)
 	a.Now = func() time.Time { return fixtureTime }
 	for _, p := range []ipam.Pool{poolV4, poolTiny, poolV6} {
 		if err := a.CreatePool(ctx, p); err != nil {
@@ -189,4 +196,16 @@ func statusOf(t *testing.T, c *http.Client, req *http.Request) int {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// localRevision is the revision of the local store in dir.
+func localRevision(t *testing.T, dir string) int64 {
+	t.Helper()
+	st := openLocal(t, dir)
+	defer st.Close()
+	rev, err := st.(*kvbacked.Store).Revision(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
 }

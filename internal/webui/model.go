@@ -1,49 +1,47 @@
 package webui
 
 import (
-	"encoding/json"
-	"fmt"
+	"cmp"
 	"log/slog"
 	"net/netip"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// change is one key written or deleted in the datastore.
-type change struct {
-	key     string
-	value   []byte
-	version int64
-	del     bool
-}
-
-// model mirrors the pools, blocks and handles of the datastore and keeps
-// per-block aggregates current as changes arrive, so that what a request
-// needs is ready or a short walk over blocks away. Readers take mu.RLock.
+// model mirrors the pools, block claims and node objects of the datastore
+// and keeps per-block aggregates current as changes arrive, so that what a
+// request needs is ready or a short walk over blocks away. Readers take
+// mu.RLock. Objects arrive whole (a poll's snapshot, a watch event); a
+// node object at a version the mirror already holds is not looked at
+// again, and within a changed one only the blocks and handle records that
+// differ are replaced.
 type model struct {
 	log *slog.Logger
 
-	mu       sync.RWMutex
-	rev      int64  // the store revision the mirror reflects
-	gen      uint64 // bumped whenever anything shown changes
-	loaded   bool   // the first full read arrived
-	status   error  // the last failure to read the datastore, nil when fine
-	updated  time.Time
-	changed  chan struct{} // closed and replaced when gen moves
-	pools    map[string]*poolState
-	blocks   map[string]*blockState            // by block key
-	byPool   map[string]map[string]*blockState // pool name -> block key -> block
-	handles  map[string]*handleState           // by handle key
-	byID     map[string]*handleState           // by handle ID
-	podCount map[string]int                    // node -> handles
+	mu      sync.RWMutex
+	rev     int64  // the store revision the mirror reflects
+	gen     uint64 // bumped whenever anything shown changes
+	loaded  bool   // the first full read arrived
+	status  error  // the last failure to read the datastore, nil when fine
+	updated time.Time
+	changed chan struct{} // closed and replaced when gen moves
+	pools   map[string]*poolState
+	claims  map[store.BlockRef]*claimState
+	nodes   map[string]*nodeState
+	blocks  map[store.BlockRef]*blockState
+	byPool  map[string]map[store.BlockRef]*blockState // pool name -> its blocks
+	// handles holds every handle by ID, its records in every node object
+	// merged (a dual-stack handle with a borrowed address has a record in
+	// the lender's object too).
+	handles  map[string]*handleState
+	podCount map[string]int // node -> handles
 	leaks    map[netip.Addr]LeakCandidate
 	leakList []LeakCandidate   // as last reported, sorted
-	bad      map[string]string // undecodable keys -> why
+	bad      map[string]string // objects that cannot be read -> why
 	strs     map[string]string // interned node and namespace names
 
 	// idx is the handles' search index, built by the first search (under
@@ -56,15 +54,30 @@ type model struct {
 }
 
 type poolState struct {
-	version int64
+	version store.Version
 	pool    ipam.Pool
 }
 
+type claimState struct {
+	version store.Version
+	node    string
+}
+
+// nodeState is what the mirror keeps of a node object besides its blocks
+// and handles: its version and what it holds, to undo it on a change.
+type nodeState struct {
+	version store.Version
+	blocks  []store.BlockRef
+	handles []string // IDs of the handles with a record in it
+}
+
+// blockState is a block the map shows: held in a node object (holder),
+// or only claimed (holder "", no addresses in use).
 type blockState struct {
-	key     string
-	version int64
-	b       ipam.Block
-	agg     blockAgg
+	ref    store.BlockRef
+	holder string
+	b      ipam.Block // Owners only; Node is "" for store.UnaffineNode
+	agg    blockAgg
 }
 
 // blockAgg is what the overview shows of a block.
@@ -80,15 +93,22 @@ type blockAgg struct {
 }
 
 // handleState is what the map keeps of a handle: what it shows, and the
-// addresses (to find the blocks a change touches).
+// addresses (to find the blocks a change touches). A handleState never
+// changes once it is in the map: a change puts a new one.
 type handleState struct {
-	key, id              string
-	version              int64
+	id                   string
 	node, namespace, pod string
 	containerID, ifName  string
 	network, podUID      string // for Handles (the leak rules read them)
 	created              time.Time
-	ips                  []ipam.HandleIP
+	ips                  []ipam.HandleIP // every part's, in part order
+	parts                []handlePart    // by node object name
+}
+
+// handlePart is a handle's record in one node object: its addresses there.
+type handlePart struct {
+	obj string
+	ips []ipam.HandleIP
 }
 
 func newModel(log *slog.Logger) *model {
@@ -96,21 +116,16 @@ func newModel(log *slog.Logger) *model {
 		log:      log,
 		changed:  make(chan struct{}),
 		pools:    map[string]*poolState{},
-		blocks:   map[string]*blockState{},
-		byPool:   map[string]map[string]*blockState{},
+		claims:   map[store.BlockRef]*claimState{},
+		nodes:    map[string]*nodeState{},
+		blocks:   map[store.BlockRef]*blockState{},
+		byPool:   map[string]map[store.BlockRef]*blockState{},
 		handles:  map[string]*handleState{},
-		byID:     map[string]*handleState{},
 		podCount: map[string]int{},
 		leaks:    map[netip.Addr]LeakCandidate{},
 		bad:      map[string]string{},
 		strs:     map[string]string{},
 	}
-}
-
-// watched reports whether the mirror keeps key.
-func watched(key string) bool {
-	return strings.HasPrefix(key, allocator.PoolPrefix) || strings.HasPrefix(key, allocator.BlockPrefix) ||
-		strings.HasPrefix(key, allocator.HandlePrefix)
 }
 
 // bumpLocked moves gen and wakes the waiters. mu must be held for writing.
@@ -139,130 +154,56 @@ func (m *model) setStatus(err error) {
 	m.bumpLocked()
 }
 
-// replace makes the mirror the full state entries (every key under the
-// pool, block and handle prefixes at revision rev): it applies what
-// differs from the mirror as changes.
-func (m *model) replace(rev int64, entries []kv.KeyValue) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	seen := make(map[string]bool, len(entries))
-	var chs []change
-	for _, e := range entries {
-		if !watched(e.Key) {
-			continue
-		}
-		seen[e.Key] = true
-		if m.versionLocked(e.Key) != e.Version || m.bad[e.Key] != "" {
-			chs = append(chs, change{key: e.Key, value: e.Value, version: e.Version})
-		}
+// nodeVersions returns the version of every node object the mirror holds.
+func (m *model) nodeVersions() map[string]store.Version {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make(map[string]store.Version, len(m.nodes))
+	for n, s := range m.nodes {
+		out[n] = s.version
 	}
-	for k := range m.pools {
-		if !seen[allocator.PoolKey(k)] {
-			chs = append(chs, change{key: allocator.PoolKey(k), del: true})
-		}
-	}
-	for k := range m.blocks {
-		if !seen[k] {
-			chs = append(chs, change{key: k, del: true})
-		}
-	}
-	for k := range m.handles {
-		if !seen[k] {
-			chs = append(chs, change{key: k, del: true})
-		}
-	}
-	for k := range m.bad {
-		if !seen[k] {
-			delete(m.bad, k)
-		}
-	}
-	m.applyLocked(rev, chs, true)
-}
-
-// apply applies changes seen at revision rev (an etcd watch response).
-// Changes older than what the mirror holds are ignored, so replaying
-// events the last full read already saw is harmless.
-func (m *model) apply(rev int64, chs []change) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.applyLocked(rev, chs, false)
-}
-
-func (m *model) versionLocked(key string) int64 {
-	switch {
-	case strings.HasPrefix(key, allocator.PoolPrefix):
-		if p := m.pools[strings.TrimPrefix(key, allocator.PoolPrefix)]; p != nil {
-			return p.version
-		}
-	case strings.HasPrefix(key, allocator.BlockPrefix):
-		if b := m.blocks[key]; b != nil {
-			return b.version
-		}
-	case strings.HasPrefix(key, allocator.HandlePrefix):
-		if h := m.handles[key]; h != nil {
-			return h.version
-		}
-	}
-	return 0
+	return out
 }
 
 // dirty collects what must be recomputed after changes.
 type dirty struct {
-	blocks map[string]bool // block keys
+	blocks map[store.BlockRef]bool
 	pools  map[string]bool // every block of these pools
+	n      int             // objects changed
 }
 
-func (d *dirty) block(key string) { d.blocks[key] = true }
+func newDirty() *dirty {
+	return &dirty{blocks: map[store.BlockRef]bool{}, pools: map[string]bool{}}
+}
+
+func (d *dirty) block(ref store.BlockRef) { d.blocks[ref] = true }
 
 func (d *dirty) handle(h *handleState) {
-	if h == nil {
-		return
-	}
 	for _, ip := range h.ips {
 		if ip.Block.IsValid() {
-			d.block(allocator.BlockKey(ip.Pool, ip.Block))
+			d.block(store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
 		}
 	}
 }
 
-func (m *model) applyLocked(rev int64, chs []change, full bool) {
-	d := dirty{blocks: map[string]bool{}, pools: map[string]bool{}}
-	applied := 0
-	for _, c := range chs {
-		if !watched(c.key) {
-			continue
-		}
-		have := m.versionLocked(c.key)
-		if !full && (c.del && have > c.version || !c.del && have >= c.version && have != 0) {
-			continue // older than what we have
-		}
-		applied++
-		var err error
-		switch {
-		case strings.HasPrefix(c.key, allocator.PoolPrefix):
-			err = m.putPool(c, &d)
-		case strings.HasPrefix(c.key, allocator.BlockPrefix):
-			err = m.putBlock(c, &d)
-		default:
-			err = m.putHandle(c, &d)
-		}
-		if err != nil {
-			if m.bad[c.key] == "" {
-				m.log.Warn("address map: skipping an undecodable datastore value", "key", c.key, "error", err)
-			}
-			m.bad[c.key] = err.Error()
-		} else {
-			delete(m.bad, c.key)
-		}
-	}
+// finishLocked recomputes what d names and moves the generation when
+// anything changed. rev is the revision read (0: the store has none; the
+// shown revision then counts the reads that changed something).
+func (m *model) finishLocked(rev int64, d *dirty, full bool) {
 	for name := range d.pools {
-		for k := range m.byPool[name] {
-			d.blocks[k] = true
+		for ref := range m.byPool[name] {
+			d.blocks[ref] = true
 		}
 	}
-	for k := range d.blocks {
-		if b := m.blocks[k]; b != nil {
+	for ref := range d.blocks {
+		if b := m.blocks[ref]; b != nil {
 			b.agg = m.aggregate(b.b)
+		}
+	}
+	if rev == 0 {
+		rev = m.rev
+		if d.n > 0 {
+			rev++
 		}
 	}
 	moved := rev != m.rev || !m.loaded
@@ -276,100 +217,261 @@ func (m *model) applyLocked(rev int64, chs []change, full bool) {
 		m.idxMu.Unlock()
 	}
 	m.loaded = true
-	if applied > 0 || moved {
+	if d.n > 0 || moved {
 		m.bumpLocked()
 	}
 }
 
-func (m *model) putPool(c change, d *dirty) error {
-	name := strings.TrimPrefix(c.key, allocator.PoolPrefix)
+func poolWhat(name string) string         { return "pool " + name }
+func claimWhat(ref store.BlockRef) string { return "claim " + ref.String() }
+func nodeWhat(name string) string         { return "node object " + name }
+
+// badLocked records that what cannot be read, logging it the first time.
+func (m *model) badLocked(what string, err error) {
+	if m.bad[what] == "" {
+		m.log.Warn("address map: skipping an unreadable datastore object", "object", what, "error", err)
+	}
+	m.bad[what] = err.Error()
+}
+
+func (m *model) putPool(p store.Pool, d *dirty) {
+	name := p.Spec.Name
 	d.pools[name] = true
-	if c.del {
-		delete(m.pools, name)
-		return nil
-	}
-	var p ipam.Pool
-	if err := json.Unmarshal(c.value, &p); err != nil {
-		delete(m.pools, name)
-		return err
-	}
-	if p.Name == "" {
-		p.Name = name
-	}
-	m.pools[name] = &poolState{version: c.version, pool: p}
-	return nil
+	d.n++
+	delete(m.bad, poolWhat(name))
+	m.pools[name] = &poolState{version: p.Version, pool: p.Spec}
 }
 
-func (m *model) putBlock(c change, d *dirty) error {
-	d.block(c.key)
-	old := m.blocks[c.key]
+func (m *model) delPool(name string, d *dirty) {
+	d.pools[name] = true
+	d.n++
+	delete(m.pools, name)
+	delete(m.bad, poolWhat(name))
+}
+
+func (m *model) putClaim(c store.Claim, d *dirty) {
+	d.n++
+	delete(m.bad, claimWhat(c.BlockRef))
+	m.claims[c.BlockRef] = &claimState{version: c.Version, node: m.nodeName(c.Node)}
+	if b := m.blocks[c.BlockRef]; b == nil || b.holder == "" {
+		m.claimedOnly(c.BlockRef, d)
+	}
+}
+
+func (m *model) delClaim(ref store.BlockRef, d *dirty) {
+	d.n++
+	delete(m.bad, claimWhat(ref))
+	delete(m.claims, ref)
+	if b := m.blocks[ref]; b != nil && b.holder == "" {
+		m.setBlockLocked(ref, nil, d)
+	}
+}
+
+// claimedOnly shows block ref as its claim has it: no node object holds
+// its state (the claiming ADD has not written its object yet, or the
+// claim is an orphan).
+func (m *model) claimedOnly(ref store.BlockRef, d *dirty) {
+	c := m.claims[ref]
+	if c == nil {
+		m.setBlockLocked(ref, nil, d)
+		return
+	}
+	m.setBlockLocked(ref, &blockState{ref: ref, b: ipam.Block{CIDR: ref.CIDR, Pool: ref.Pool, Node: c.node}}, d)
+}
+
+// setBlockLocked puts bs as block ref (nil removes it).
+func (m *model) setBlockLocked(ref store.BlockRef, bs *blockState, d *dirty) {
+	d.block(ref)
+	if old := m.blocks[ref]; old != nil {
+		delete(m.byPool[ref.Pool], ref)
+		if len(m.byPool[ref.Pool]) == 0 {
+			delete(m.byPool, ref.Pool)
+		}
+		delete(m.blocks, ref)
+	}
+	if bs == nil {
+		return
+	}
+	m.blocks[ref] = bs
+	if m.byPool[ref.Pool] == nil {
+		m.byPool[ref.Pool] = map[store.BlockRef]*blockState{}
+	}
+	m.byPool[ref.Pool][ref] = bs
+}
+
+// nodeName is how the map names node n: the node of blocks imported
+// without one (store.UnaffineNode) is no node, as in the first layout.
+func (m *model) nodeName(n string) string {
+	if n == store.UnaffineNode {
+		return ""
+	}
+	return m.intern(n)
+}
+
+// putNode replaces the mirror of node object n's name with n (an object
+// that cannot be read when bad is set: its old state goes, it is counted
+// as unreadable at v).
+func (m *model) putNode(n store.Node, d *dirty) {
+	d.n++
+	name := n.Name
+	old := m.nodes[name]
+	ns := &nodeState{version: n.Version, blocks: make([]store.BlockRef, 0, len(n.Blocks)), handles: make([]string, 0, len(n.Handles))}
+	for _, b := range n.Blocks {
+		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
+		ns.blocks = append(ns.blocks, ref)
+		if cur := m.blocks[ref]; cur != nil && cur.holder == name && sameBlock(cur.b, b) {
+			continue
+		}
+		m.setBlockLocked(ref, &blockState{ref: ref, holder: name,
+			b: ipam.Block{CIDR: b.CIDR, Pool: b.Pool, Node: m.nodeName(name), Owners: b.Owners}}, d)
+	}
+	for _, h := range n.Handles {
+		ns.handles = append(ns.handles, h.ID)
+		m.putRecord(name, h, d)
+	}
 	if old != nil {
-		delete(m.byPool[old.b.Pool], c.key)
-		if len(m.byPool[old.b.Pool]) == 0 {
-			delete(m.byPool, old.b.Pool)
-		}
-		delete(m.blocks, c.key)
+		m.undoNode(name, old, ns, d)
 	}
-	if c.del {
-		return nil
-	}
-	var b ipam.Block
-	if err := json.Unmarshal(c.value, &b); err != nil {
-		return err
-	}
-	if !b.CIDR.IsValid() {
-		return fmt.Errorf("block without a cidr")
-	}
-	if b.Pool == "" {
-		// The key names the pool: blocks/<pool>/<cidr>.
-		b.Pool, _, _ = strings.Cut(strings.TrimPrefix(c.key, allocator.BlockPrefix), "/")
-	}
-	b.Node = m.intern(b.Node)
-	bs := &blockState{key: c.key, version: c.version, b: b}
-	m.blocks[c.key] = bs
-	if m.byPool[b.Pool] == nil {
-		m.byPool[b.Pool] = map[string]*blockState{}
-	}
-	m.byPool[b.Pool][c.key] = bs
-	return nil
+	m.nodes[name] = ns
+	delete(m.bad, nodeWhat(name))
 }
 
-func (m *model) putHandle(c change, d *dirty) error {
-	if old := m.handles[c.key]; old != nil {
-		d.handle(old)
-		delete(m.handles, c.key)
-		if m.byID[old.id] == old {
-			delete(m.byID, old.id)
+// badNode records node object name at version v as unreadable: what the
+// mirror held of it goes.
+func (m *model) badNode(name string, v store.Version, err error, d *dirty) {
+	d.n++
+	if old := m.nodes[name]; old != nil {
+		m.undoNode(name, old, &nodeState{}, d)
+	}
+	m.nodes[name] = &nodeState{version: v}
+	m.badLocked(nodeWhat(name), err)
+}
+
+func (m *model) delNode(name string, d *dirty) {
+	d.n++
+	if old := m.nodes[name]; old != nil {
+		m.undoNode(name, old, &nodeState{}, d)
+	}
+	delete(m.nodes, name)
+	delete(m.bad, nodeWhat(name))
+}
+
+// undoNode removes what node object name held in old and no longer holds
+// in now.
+func (m *model) undoNode(name string, old, now *nodeState, d *dirty) {
+	for _, ref := range old.blocks {
+		if slices.Contains(now.blocks, ref) {
+			continue
 		}
+		if cur := m.blocks[ref]; cur != nil && cur.holder == name {
+			m.claimedOnly(ref, d)
+		}
+	}
+	keep := make(map[string]bool, len(now.handles))
+	for _, id := range now.handles {
+		keep[id] = true
+	}
+	for _, id := range old.handles {
+		if !keep[id] {
+			m.dropRecord(name, id, d)
+		}
+	}
+}
+
+func sameBlock(a, b ipam.Block) bool {
+	if len(a.Owners) != len(b.Owners) {
+		return false
+	}
+	for o, id := range b.Owners {
+		if a.Owners[o] != id {
+			return false
+		}
+	}
+	return true
+}
+
+// putRecord puts handle h's record in node object obj.
+func (m *model) putRecord(obj string, h ipam.Handle, d *dirty) {
+	cur := m.handles[h.ID]
+	node := m.nodeName(h.Node)
+	i := -1
+	if cur != nil {
+		i = slices.IndexFunc(cur.parts, func(p handlePart) bool { return p.obj == obj })
+		if i >= 0 && slices.Equal(cur.parts[i].ips, h.IPs) && cur.node == node && cur.namespace == h.Namespace &&
+			cur.pod == h.Pod && cur.containerID == h.ContainerID && cur.ifName == h.IfName && cur.network == h.Network &&
+			cur.podUID == h.PodUID && cur.created.Equal(h.Created) {
+			return // unchanged
+		}
+	}
+	hs := &handleState{
+		id: h.ID, node: node, namespace: m.intern(h.Namespace), pod: h.Pod,
+		containerID: h.ContainerID, ifName: m.intern(h.IfName),
+		network: m.intern(h.Network), podUID: h.PodUID, created: h.Created,
+	}
+	part := handlePart{obj: obj, ips: h.IPs}
+	switch {
+	case cur == nil:
+		hs.parts = []handlePart{part}
+	case i >= 0:
+		hs.parts = slices.Clone(cur.parts)
+		hs.parts[i] = part
+	default:
+		hs.parts = append(slices.Clone(cur.parts), part)
+		slices.SortFunc(hs.parts, func(a, b handlePart) int { return cmp.Compare(a.obj, b.obj) })
+	}
+	hs.ips = mergeIPs(hs.parts)
+	m.setHandle(h.ID, cur, hs, d)
+}
+
+// dropRecord removes handle id's record in node object obj.
+func (m *model) dropRecord(obj, id string, d *dirty) {
+	cur := m.handles[id]
+	if cur == nil {
+		return
+	}
+	i := slices.IndexFunc(cur.parts, func(p handlePart) bool { return p.obj == obj })
+	if i < 0 {
+		return
+	}
+	if len(cur.parts) == 1 {
+		m.setHandle(id, cur, nil, d)
+		return
+	}
+	hs := *cur
+	hs.parts = slices.Delete(slices.Clone(cur.parts), i, i+1)
+	hs.ips = mergeIPs(hs.parts)
+	m.setHandle(id, cur, &hs, d)
+}
+
+func mergeIPs(parts []handlePart) []ipam.HandleIP {
+	if len(parts) == 1 {
+		return parts[0].ips
+	}
+	var out []ipam.HandleIP
+	for _, p := range parts {
+		out = append(out, p.ips...)
+	}
+	return out
+}
+
+// setHandle replaces handle id's state old with hs (nil: the handle is gone).
+func (m *model) setHandle(id string, old, hs *handleState, d *dirty) {
+	if old != nil {
+		d.handle(old)
+		delete(m.handles, id)
 		if m.podCount[old.node]--; m.podCount[old.node] <= 0 {
 			delete(m.podCount, old.node)
 		}
 	}
-	if c.del {
-		return nil
+	if hs == nil {
+		return
 	}
-	var h ipam.Handle
-	if err := json.Unmarshal(c.value, &h); err != nil {
-		return err
-	}
-	if h.ID == "" {
-		h.ID = strings.TrimPrefix(c.key, allocator.HandlePrefix)
-	}
-	hs := &handleState{
-		key: c.key, id: h.ID, version: c.version,
-		node: m.intern(h.Node), namespace: m.intern(h.Namespace), pod: h.Pod,
-		containerID: h.ContainerID, ifName: m.intern(h.IfName),
-		network: m.intern(h.Network), podUID: h.PodUID,
-		created: h.Created, ips: h.IPs,
-	}
-	m.handles[c.key] = hs
+	m.handles[id] = hs
 	if m.idx != nil {
 		m.idxAdded = append(m.idxAdded, hs)
 	}
-	m.byID[hs.id] = hs
 	m.podCount[hs.node]++
 	d.handle(hs) // blocks that named it before it arrived counted an orphan
-	return nil
 }
 
 func (m *model) intern(s string) string {
@@ -389,7 +491,7 @@ func (m *model) aggregate(b ipam.Block) blockAgg {
 	}
 	a.inUse = len(b.Owners)
 	for _, id := range b.Owners {
-		h := m.byID[id]
+		h := m.handles[id]
 		switch {
 		case h == nil:
 			a.orphans++
@@ -417,7 +519,7 @@ func (m *model) aggregate(b ipam.Block) blockAgg {
 	return a
 }
 
-// blockOf returns the claimed block holding addr, if any.
+// blockOfLocked returns the claimed block holding addr, if any.
 func (m *model) blockOfLocked(addr netip.Addr) (*poolState, *blockState) {
 	for _, ps := range m.pools {
 		if !ps.pool.CIDR.Contains(addr) {
@@ -427,7 +529,7 @@ func (m *model) blockOfLocked(addr netip.Addr) (*poolState, *blockState) {
 		if err != nil {
 			continue
 		}
-		return ps, m.blocks[allocator.BlockKey(ps.pool.Name, blk)]
+		return ps, m.blocks[store.BlockRef{Pool: ps.pool.Name, CIDR: blk}]
 	}
 	return nil, nil
 }
@@ -440,10 +542,10 @@ func (m *model) setLeaks(list []LeakCandidate) bool {
 	if leaksEqual(list, m.leakList) {
 		return false
 	}
-	touched := map[string]bool{}
+	touched := map[store.BlockRef]bool{}
 	mark := func(l LeakCandidate) {
 		if _, b := m.blockOfLocked(l.Addr); b != nil {
-			touched[b.key] = true
+			touched[b.ref] = true
 		}
 	}
 	for _, l := range m.leakList {
@@ -455,8 +557,8 @@ func (m *model) setLeaks(list []LeakCandidate) bool {
 		m.leaks[l.Addr] = l
 		mark(l)
 	}
-	for k := range touched {
-		b := m.blocks[k]
+	for ref := range touched {
+		b := m.blocks[ref]
 		b.agg = m.aggregate(b.b)
 	}
 	m.bumpLocked()

@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
-	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // ErrNeedToken means the map would listen on an address other than
@@ -24,7 +24,8 @@ var ErrNeedToken = errors.New("webui: a bearer token is required when listening 
 // token from when --token is not given.
 const TokenEnv = "IPKEEPER_UI_TOKEN"
 
-// DefaultPollInterval is how often the local store's file is looked at.
+// DefaultPollInterval is how often the local store's file is looked at
+// and a store that cannot be watched is listed.
 const DefaultPollInterval = time.Second
 
 // LeakCandidate is an address the controller suspects is leaked: held in
@@ -57,14 +58,16 @@ type Authenticator func(ctx context.Context, token string) (bool, error)
 type Options struct {
 	// Datastore is the datastore to show. The local store is opened only
 	// while it is read (its file lock would stall plugin calls), after its
-	// file changed; etcd is opened once and watched.
+	// file changed; etcd is opened once and watched; kubernetes is opened
+	// once and listed every PollInterval.
 	Datastore config.Datastore
-	// Open opens Datastore (default datastore.OpenShared).
-	Open func(ctx context.Context, ds config.Datastore) (kv.Store, error)
+	// Open opens Datastore (default datastore.OpenStore, shared: without
+	// the node lock; it migrates a store of the first layout).
+	Open func(ctx context.Context, ds config.Datastore) (store.Store, error)
 	// Store, when set, is used instead of opening Datastore: it is watched
-	// when it can be (etcd), else listed every PollInterval. It is not
-	// closed.
-	Store kv.Store
+	// when it can be (kvbacked on etcd), else listed every PollInterval.
+	// It is not closed.
+	Store store.Store
 	// Leaks provides leak candidates; nil shows none.
 	Leaks LeakSource
 	// Listen is the address the map is served on (host:port). When its
@@ -77,8 +80,10 @@ type Options struct {
 	// Authenticate, when set, also accepts tokens it approves.
 	Authenticate Authenticator
 	// PollInterval is how often the local store's file is checked for
-	// changes (default and minimum DefaultPollInterval) and how often
-	// leak candidates are asked for.
+	// changes, how often a store that cannot be watched (kubernetes) is
+	// listed — at least pollBackoff times the last listing's duration
+	// apart — (default and minimum DefaultPollInterval) and how often leak
+	// candidates are asked for.
 	PollInterval time.Duration
 	// Log receives errors reading the datastore (default: discarded).
 	Log *slog.Logger
@@ -92,6 +97,17 @@ type UI struct {
 	needToken bool
 	cache     viewCache
 	h         http.Handler
+
+	feedMu sync.Mutex
+	fd     feed // what Run follows the datastore with, once it started
+}
+
+// currentFeed returns the feed Run follows the datastore with (nil before
+// Run opened the datastore).
+func (u *UI) currentFeed() feed {
+	u.feedMu.Lock()
+	defer u.feedMu.Unlock()
+	return u.fd
 }
 
 // New checks opts and returns the address map. Nothing is read until Run
@@ -102,7 +118,7 @@ func New(opts Options) (*UI, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Open == nil {
-		opts.Open = datastore.OpenShared
+		opts.Open = openStore
 	}
 	if opts.PollInterval < DefaultPollInterval {
 		opts.PollInterval = DefaultPollInterval
@@ -121,7 +137,8 @@ func New(opts Options) (*UI, error) {
 
 // Run keeps the map's view of the datastore current until ctx ends: it
 // reads everything once, then follows changes (etcd: a watch; local: the
-// file polled every PollInterval) and asks the LeakSource for candidates.
+// file polled every PollInterval; kubernetes: listed every PollInterval)
+// and asks the LeakSource for candidates.
 // Failures to read are shown on the page and retried; Run returns only
 // ctx's error.
 func (u *UI) Run(ctx context.Context) error {
@@ -135,6 +152,9 @@ func (u *UI) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	defer closeFeed()
+	u.feedMu.Lock()
+	u.fd = f
+	u.feedMu.Unlock()
 	f.run(ctx)
 	return ctx.Err()
 }
@@ -162,8 +182,9 @@ func leaksEqual(a, b []LeakCandidate) bool {
 	})
 }
 
-// Handles returns the handles the map holds (without their netns paths;
-// their IPs are shared with the map, so must not be changed) and the
+// Handles returns the handles the map holds, each with its records in
+// every node object merged (without their netns paths; their IPs are
+// shared with the map, so must not be changed) and the
 // generation they are of; loaded is false until the first full read of
 // the datastore arrived. A leak source can look at these instead of
 // reading the datastore again; Generation tells when to look again.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // scaleModel is a model of nodes nodes with pods handles each, in
@@ -18,12 +18,13 @@ import (
 func scaleModel(tb testing.TB, nodes, pods int) *model {
 	tb.Helper()
 	pool := ipam.Pool{Name: "scale", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26}
-	es := []kv.KeyValue{{Key: allocator.PoolKey(pool.Name), Value: allocator.Encode(pool), Version: 1}}
+	snap := snapshot{rev: 1, pools: []store.Pool{{Spec: pool, Version: "1"}}}
 	first, _ := pool.BlockSpan()
 	created := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	idx := first
 	for nd := range nodes {
 		node := fmt.Sprintf("node-%05d", nd)
+		obj := store.Node{Name: node, Version: "1"}
 		n := 0
 		for n < pods {
 			cidr := pool.BlockAt(idx)
@@ -36,16 +37,17 @@ func scaleModel(tb testing.TB, nodes, pods int) *model {
 					break
 				}
 				blk = next
-				h := ipam.Handle{ID: id, Network: "bench", ContainerID: fmt.Sprintf("%s-%d", node, n), IfName: "eth0",
-					Node: node, Namespace: "default", Pod: fmt.Sprintf("pod-%d", n), Created: created,
-					IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}}
-				es = append(es, kv.KeyValue{Key: allocator.HandleKey(id), Value: allocator.Encode(h), Version: 1})
+				obj.Handles = append(obj.Handles, ipam.Handle{ID: id, Network: "bench", ContainerID: fmt.Sprintf("%s-%d", node, n),
+					IfName: "eth0", Node: node, Namespace: "default", Pod: fmt.Sprintf("pod-%d", n), Created: created,
+					IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}})
 			}
-			es = append(es, kv.KeyValue{Key: allocator.BlockKey(pool.Name, cidr), Value: allocator.Encode(blk), Version: 1})
+			obj.Blocks = append(obj.Blocks, blk)
+			snap.claims = append(snap.claims, store.Claim{BlockRef: store.BlockRef{Pool: pool.Name, CIDR: cidr}, Node: node, Version: "1"})
 		}
+		snap.nodes = append(snap.nodes, kvbacked.ScannedNode{Name: node, Version: obj.Version, Node: obj, Decoded: true})
 	}
 	m := newModel(slog.New(slog.DiscardHandler))
-	m.replace(1, es)
+	m.replace(snap)
 	return m
 }
 
@@ -71,19 +73,26 @@ func BenchmarkSearchScale(b *testing.B) {
 	// A handle written again since the index was built is looked at
 	// aside; a new index is built after many such changes (or for the
 	// first search).
-	var key string
-	for k := range m.handles {
-		key = k
+	// One handle's node object written again, the handle changed.
+	var h *handleState
+	for _, x := range m.handles {
+		h = x
 		break
 	}
-	h := m.handles[key]
-	value := allocator.Encode(ipam.Handle{ID: h.id, Node: h.node, Namespace: h.namespace, Pod: h.pod,
-		ContainerID: h.containerID, IfName: h.ifName, Created: h.created, IPs: h.ips})
-	version := int64(1)
+	f := newNodeFeed(m)
+	f.rev = 1
+	f.objs[h.node] = map[string]ipam.Handle{}
+	for _, x := range m.handles {
+		if x.node == h.node {
+			f.objs[h.node][x.id] = ipam.Handle{ID: x.id, Node: x.node, Namespace: x.namespace, Pod: x.pod,
+				ContainerID: x.containerID, IfName: x.ifName, Created: x.created, IPs: x.ips}
+		}
+	}
 	b.Run("pod-17 after a change", func(b *testing.B) {
 		for b.Loop() {
-			version++
-			m.apply(version, []change{{key: key, value: value, version: version}})
+			r := f.objs[h.node][h.id]
+			r.Created = r.Created.Add(time.Second)
+			f.put(h.node, r)
 			m.mu.RLock()
 			_ = m.search("pod-17")
 			m.mu.RUnlock()

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // maxResults bounds a search's answer.
@@ -65,7 +65,7 @@ func (m *model) search(q string) searchView {
 					Pool: name, Block: blk, Node: m.blockNode(name, blk)})
 				continue
 			}
-			bs := m.blocks[allocator.BlockKey(name, blk)]
+			bs := m.blocks[store.BlockRef{Pool: name, CIDR: blk}]
 			label := ref.Addr().String() + " "
 			r := searchResult{Kind: "address", Pool: name, Block: blk, Addr: ref.Addr()}
 			if bs == nil {
@@ -285,7 +285,7 @@ func describe(av addrView) string {
 }
 
 func (m *model) blockNode(pool string, blk netip.Prefix) string {
-	if bs := m.blocks[allocator.BlockKey(pool, blk)]; bs != nil {
+	if bs := m.blocks[store.BlockRef{Pool: pool, CIDR: blk}]; bs != nil {
 		return bs.b.Node
 	}
 	return ""

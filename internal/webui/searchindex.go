@@ -89,7 +89,7 @@ func (m *model) buildIndex() *handleIndex {
 func (m *model) searchHandles(lq string) iter.Seq[*handleState] {
 	return func(yield func(*handleState) bool) {
 		x, added := m.handleIndex()
-		current := func(h *handleState) bool { return m.handles[h.key] == h }
+		current := func(h *handleState) bool { return m.handles[h.id] == h }
 		if hasUpper(lq) || strings.ContainsRune(lq, 0) {
 			// Non-ASCII letters are not folded in the index: look at
 			// every handle.

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
@@ -24,20 +23,16 @@ func TestSearchIndexFollowsChanges(t *testing.T) {
 	}{{"IPv4", poolV4}, {"IPv6", poolV6}} {
 		t.Run(f.name, func(t *testing.T) {
 			m := newModel(slog.New(slog.DiscardHandler))
-			version := int64(0)
+			feed := newNodeFeed(m)
 			put := func(pod, node string, ord int) {
 				t.Helper()
-				version++
 				blk, _ := f.pool.CIDR.Addr().Prefix(f.pool.BlockSize)
 				addr := ipam.Block{CIDR: blk}.Addr(ord)
 				h := ipam.Handle{ID: "net.ctr-" + pod + ".eth0", Node: node, Namespace: "default", Pod: pod, ContainerID: "ctr-" + pod,
 					IPs: []ipam.HandleIP{{Addr: addr, Pool: f.pool.Name, Block: blk}}}
-				m.apply(version, []change{{key: allocator.HandleKey(h.ID), value: allocator.Encode(h), version: version}})
+				feed.put(node, h)
 			}
-			del := func(pod string) {
-				version++
-				m.apply(version, []change{{key: allocator.HandleKey("net.ctr-" + pod + ".eth0"), del: true, version: version}})
-			}
+			del := func(pod string) { feed.del("net.ctr-" + pod + ".eth0") }
 			search := func(q string) string {
 				m.mu.RLock()
 				defer m.mu.RUnlock()
