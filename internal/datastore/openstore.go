@@ -82,7 +82,7 @@ func openTyped(ctx context.Context, kvs kv.Store) (*kvbacked.Store, error) {
 		rep, err := kvbacked.Migrate(ctx, kvs)
 		switch {
 		case err == nil:
-			if !rep.Done {
+			if rep.Nodes+rep.Claims+rep.Handles+rep.Pools+rep.Deleted > 0 {
 				slog.Default().Info("datastore: migrated the first storage layout", "nodes", rep.Nodes, "claims", rep.Claims,
 					"handles", rep.Handles, "pools", rep.Pools, "fenced", rep.Fenced, "deleted", rep.Deleted,
 					"orphans", rep.Orphans, "strays", rep.Strays, "unaffine", rep.UnaffineBlocks, "dropped", rep.DroppedBlocks)

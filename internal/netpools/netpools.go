@@ -16,6 +16,15 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
+// Pools reads pool definitions (allocator.StoreAllocator does).
+type Pools interface {
+	// Pool returns the named pool, or an error wrapping
+	// allocator.ErrPoolNotFound.
+	Pool(ctx context.Context, name string) (ipam.Pool, error)
+	// Pools lists every pool.
+	Pools(ctx context.Context) ([]ipam.Pool, error)
+}
+
 // Set is one range set: the pools to try, in order, for one address.
 type Set []ipam.Pool
 
@@ -58,7 +67,7 @@ func Planned(conf *config.IPAM) ([]Set, error) {
 // become pools defined by the config, created by the first allocation's
 // own transaction; named pools are read and grouped into one set per IP
 // family (IPv4 first) and define nothing.
-func Resolve(ctx context.Context, a *allocator.Allocator, conf *config.IPAM) (sets []Set, define []ipam.Pool, err error) {
+func Resolve(ctx context.Context, a Pools, conf *config.IPAM) (sets []Set, define []ipam.Pool, err error) {
 	if len(conf.Pools) > 0 {
 		sets, err = named(ctx, a, conf.Pools)
 		return sets, nil, err
@@ -79,7 +88,7 @@ func Definitions(sets []Set) []ipam.Pool {
 	return define
 }
 
-func named(ctx context.Context, a *allocator.Allocator, names []string) ([]Set, error) {
+func named(ctx context.Context, a Pools, names []string) ([]Set, error) {
 	var v4, v6 Set
 	var all []ipam.Pool // listed once, when a CIDR names a pool
 	for _, n := range names {
@@ -146,7 +155,7 @@ func rangeName(r config.Range) string {
 // lookup returns the pool named n, or, when n is a CIDR (as Calico's pool
 // annotations may give), the pool whose CIDR it is. all caches the pool
 // list across calls.
-func lookup(ctx context.Context, a *allocator.Allocator, n string, all *[]ipam.Pool) (ipam.Pool, error) {
+func lookup(ctx context.Context, a Pools, n string, all *[]ipam.Pool) (ipam.Pool, error) {
 	cidr, err := netip.ParsePrefix(n)
 	if err != nil {
 		return a.Pool(ctx, n)
@@ -170,7 +179,7 @@ func lookup(ctx context.Context, a *allocator.Allocator, n string, all *[]ipam.P
 // one set of those pools, added when the config has none of that family.
 // Entries are pool names or CIDRs; from names their source in errors.
 // Pools of the wrong family are an error wrapping ErrWrongFamily.
-func Override(ctx context.Context, a *allocator.Allocator, sets []Set, all, v4, v6 []string, from string) ([]Set, error) {
+func Override(ctx context.Context, a Pools, sets []Set, all, v4, v6 []string, from string) ([]Set, error) {
 	if all != nil {
 		out, err := named(ctx, a, all)
 		if err != nil {

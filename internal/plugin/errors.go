@@ -12,6 +12,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/netpools"
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // CNI error codes ipkeeper returns besides the spec's well-known ones.
@@ -61,6 +62,7 @@ func cniError(err error) *types.Error {
 	case errors.Is(err, config.ErrInvalid), errors.Is(err, ipam.ErrInvalidPool),
 		errors.Is(err, datastore.ErrUnsupported), errors.Is(err, datastore.ErrBadPath),
 		errors.Is(err, allocator.ErrPoolConflict), errors.Is(err, allocator.ErrPoolNotFound),
+		errors.Is(err, store.ErrDenied), errors.Is(err, store.ErrBadConfig),
 		errors.Is(err, podinfo.ErrKubeconfig), errors.Is(err, podinfo.ErrDenied),
 		errors.Is(err, podinfo.ErrAnnotation), errors.Is(err, podinfo.ErrNodeNotFound), errors.Is(err, podinfo.ErrWrongNode),
 		errors.Is(err, netpools.ErrWrongFamily), errors.Is(err, netpools.ErrPodCIDRUnknown):
@@ -74,7 +76,8 @@ func cniError(err error) *types.Error {
 		return types.NewError(CodeNoPool, err.Error(), "")
 	case errors.Is(err, allocator.ErrAddrUnavailable):
 		return types.NewError(CodeAddrUnavailable, err.Error(), "")
-	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, allocator.ErrContended):
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, kv.ErrUnavailable), errors.Is(err, allocator.ErrContended),
+		errors.Is(err, errNoKubeBinary):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	default:
 		return types.NewError(types.ErrInternal, err.Error(), "")

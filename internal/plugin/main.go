@@ -59,7 +59,11 @@ func Main(about string) {
 		exitWith(out, cniError(terr))
 	}
 	if os.Getenv("CNI_COMMAND") != "VERSION" {
-		if err := boundStdin(); err != nil {
+		stdin, err := boundStdin()
+		if err == nil {
+			err = handOff(stdin)
+		}
+		if err != nil {
 			exitWith(out, cniError(err))
 		}
 	}
@@ -137,26 +141,26 @@ func timeoutFromEnv(getenv func(string) string) (time.Duration, error) {
 
 // boundStdin reads stdin up to config.MaxConfigBytes and replaces os.Stdin
 // by a pipe that yields what was read, so that skel, which reads stdin
-// whole, never holds more than that.
-func boundStdin() error {
+// whole, never holds more than that. It returns what it read.
+func boundStdin() ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(os.Stdin, config.MaxConfigBytes+1))
 	if err != nil {
-		return fmt.Errorf("%w: reading the network config from stdin: %w", errIO, err)
+		return nil, fmt.Errorf("%w: reading the network config from stdin: %w", errIO, err)
 	}
 	if len(data) > config.MaxConfigBytes {
-		return &config.FieldError{Reason: fmt.Sprintf("the network config on stdin is more than the limit of %d bytes (%d MiB)",
+		return nil, &config.FieldError{Reason: fmt.Sprintf("the network config on stdin is more than the limit of %d bytes (%d MiB)",
 			config.MaxConfigBytes, config.MaxConfigBytes>>20)}
 	}
 	r, pw, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("%w: stdin pipe: %w", errIO, err)
+		return nil, fmt.Errorf("%w: stdin pipe: %w", errIO, err)
 	}
 	go func() {
 		_, _ = io.Copy(pw, bytes.NewReader(data))
 		_ = pw.Close()
 	}()
 	os.Stdin = r
-	return nil
+	return data, nil
 }
 
 // gate is the plugin's stdout: it lets exactly one of the normal output

@@ -92,7 +92,7 @@ func TestBoundStdin(t *testing.T) {
 		}
 		go func() { _, _ = w.Write(data); _ = w.Close() }()
 		os.Stdin = r
-		err = boundStdin()
+		returned, err := boundStdin()
 		if n > config.MaxConfigBytes {
 			if err == nil || cniError(err).Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), "1048576 bytes") {
 				t.Fatalf("%d bytes: %v, want code 7 naming the limit", n, err)
@@ -104,8 +104,8 @@ func TestBoundStdin(t *testing.T) {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
 		got, err := io.ReadAll(os.Stdin)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("%d bytes: read back %d bytes, %v", n, len(got), err)
+		if err != nil || !bytes.Equal(got, data) || !bytes.Equal(returned, data) {
+			t.Fatalf("%d bytes: read back %d bytes (returned %d), %v", n, len(got), len(returned), err)
 		}
 		_ = r.Close()
 	}

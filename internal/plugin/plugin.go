@@ -54,7 +54,7 @@ func New() *Plugin {
 // session is one invocation's parsed config and open datastore.
 type session struct {
 	conf  *config.IPAM
-	alloc *allocator.Allocator
+	alloc *allocator.StoreAllocator
 	close func()
 	// planned are the range sets of a config that defines its pools by
 	// ranges, planned (and checked) before the datastore was opened; nil
@@ -95,14 +95,11 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*
 			return nil, err
 		}
 	}
-	store, err := datastore.Open(ctx, conf.Datastore)
+	store, err := datastore.OpenStore(ctx, conf.Datastore, false)
 	if err != nil {
 		return nil, err
 	}
-	alloc := allocator.New(store, p.Log)
-	if dir := datastore.HintDir(conf.Datastore); dir != "" {
-		alloc.SetHints(allocator.FileHints{Dir: dir})
-	}
+	alloc := allocator.NewStoreAllocator(store, p.Log)
 	return &session{
 		conf:    conf,
 		alloc:   alloc,
@@ -216,7 +213,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
-		freed, err := s.alloc.Release(ctx, id)
+		freed, err := s.alloc.Release(ctx, s.conf.NodeName, id)
 		if err == nil {
 			p.Log.Info("released", "handle", id, "ips", fmt.Sprint(freed))
 		}
@@ -229,7 +226,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 func (p *Plugin) Check(args *skel.CmdArgs) error {
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
-		h, ok, err := s.alloc.Handle(ctx, id)
+		h, ok, err := s.alloc.Handle(ctx, s.conf.NodeName, id)
 		if err != nil {
 			return err
 		}
@@ -241,7 +238,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 }
 
 // GC releases every allocation of this network on this node whose
-// attachment is not listed in cni.dev/valid-attachments.
+// attachment is not listed in cni.dev/valid-attachments, then adopts the
+// blocks an ADD killed before its node's write left claimed but unused
+// (allocator.AdoptClaims), so that `ipkeeperctl check` finds nothing of
+// such an ADD. It reads this node's object and the objects its handles
+// borrowed from, never the whole cluster's.
 // A GC without a well-formed list (neither cni.dev/valid-attachments nor
 // the tagged CNI 1.1.0 spec's cni.dev/attachments, null, or an entry
 // without containerID or ifname) fails with code 7 and releases nothing.
@@ -255,11 +256,24 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		for _, v := range attachments {
 			valid[ipam.HandleID(s.conf.Network, v.ContainerID, v.IfName)] = true
 		}
-		released, err := s.alloc.ReleaseHandles(ctx, func(h ipam.Handle) bool {
-			return h.Network == s.conf.Network && h.Node == s.conf.NodeName && !valid[h.ID]
-		})
-		for _, h := range released {
-			p.Log.Info("gc released", "handle", h.ID, "node", h.Node)
+		node := s.conf.NodeName
+		hs, err := s.alloc.NodeHandles(ctx, node)
+		if err != nil {
+			return err
+		}
+		for _, h := range hs {
+			if h.Network != s.conf.Network || valid[h.ID] {
+				continue
+			}
+			freed, err := s.alloc.Release(ctx, node, h.ID)
+			if err != nil {
+				return err
+			}
+			p.Log.Info("gc released", "handle", h.ID, "node", node, "ips", fmt.Sprint(freed))
+		}
+		adopted, err := s.alloc.AdoptClaims(ctx, node)
+		if len(adopted) > 0 {
+			p.Log.Info("gc adopted claimed blocks", "node", node, "blocks", fmt.Sprint(adopted))
 		}
 		return err
 	})

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/netpools"
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
@@ -129,7 +128,7 @@ func (pa *podAware) labels(node string) map[string]string {
 }
 
 // sets applies the pod's pool annotations to the config's range sets.
-func (pa *podAware) sets(ctx context.Context, a *allocator.Allocator, sets []netpools.Set) ([]netpools.Set, error) {
+func (pa *podAware) sets(ctx context.Context, a netpools.Pools, sets []netpools.Set) ([]netpools.Set, error) {
 	if pa.sel.PoolsFrom == "" {
 		return sets, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,18 +13,20 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // handles lists the handle IDs in the harness's store.
 func (h *harness) handles() []string {
 	h.t.Helper()
-	s, err := local.Open(context.Background(), h.dir)
+	s, err := datastore.OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, true)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer s.Close()
-	hs, err := allocator.New(s, nil).Handles(context.Background())
+	hs, err := allocator.NewStoreAllocator(s, nil).Handles(context.Background())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -31,6 +34,7 @@ func (h *harness) handles() []string {
 	for _, x := range hs {
 		ids = append(ids, x.ID)
 	}
+	slices.Sort(ids)
 	return ids
 }
 
@@ -201,8 +205,8 @@ func TestBadInputLeavesStoreUntouched(t *testing.T) {
 			if c := cniCode(t, err); c != tc.code || !strings.Contains(err.Error(), tc.words) {
 				t.Fatalf("error = code %d %q; want code %d naming %q", c, err, tc.code, tc.words)
 			}
-			if h.dump() != before {
-				t.Fatal("bad input changed the store")
+			if after := h.dump(); after != before {
+				t.Fatalf("bad input changed the store:\nbefore %s\nafter %s", before, after)
 			}
 		})
 	}

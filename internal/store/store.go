@@ -42,6 +42,13 @@ var (
 	// ErrCorrupt: a stored object cannot be decoded or fails validation.
 	// `ipkeeperctl check` reports it.
 	ErrCorrupt = errors.New("stored object is corrupt")
+	// ErrDenied: the datastore refused the credentials or the request's
+	// permissions. Retrying does not help; the plugin maps it to CNI
+	// error 7 (the configuration names credentials that cannot work).
+	ErrDenied = errors.New("datastore access denied")
+	// ErrBadConfig: the datastore's configuration cannot be used (a
+	// credentials file that cannot be loaded). Nothing was sent.
+	ErrBadConfig = errors.New("datastore configuration cannot be used")
 )
 
 // Version identifies one state of one object. It is opaque: compare it

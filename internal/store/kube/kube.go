@@ -20,7 +20,6 @@
 package kube
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -75,12 +74,13 @@ var (
 	// RBAC refused the request (403). It is not ErrUnavailable: retrying
 	// does not help; the ServiceAccount needs the ClusterRole of
 	// deploy/rbac-datastore.yaml.
-	ErrAccessDenied = errors.New("the Kubernetes API refused access (check the credentials and the RBAC of deploy/rbac-datastore.yaml)")
+	// It wraps store.ErrDenied.
+	ErrAccessDenied = fmt.Errorf("%w: the Kubernetes API refused access (check the credentials and the RBAC of deploy/rbac-datastore.yaml)", store.ErrDenied)
 	// ErrNoCRD: the API server does not serve the resource: the CRDs of
 	// deploy/crds.yaml are not installed (yet). It wraps ErrUnavailable.
 	ErrNoCRD = fmt.Errorf("%w: the ipkeeper.io CustomResourceDefinitions are not installed (deploy/crds.yaml)", store.ErrUnavailable)
-	// ErrBadConfig: Config cannot be used.
-	ErrBadConfig = errors.New("bad kubernetes datastore config")
+	// ErrBadConfig: Config cannot be used. It wraps store.ErrBadConfig.
+	ErrBadConfig = fmt.Errorf("%w: kubernetes", store.ErrBadConfig)
 )
 
 // Config configures Open.

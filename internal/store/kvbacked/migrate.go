@@ -105,7 +105,7 @@ type Report struct {
 // A failed condition anywhere (a concurrent Migrate, a release of the
 // earlier version) starts over from a new read, at most 5 times, then
 // fails with store.ErrConflict. A store holding no first-layout key is
-// only marked (step 5), or, when it is empty, left unwritten.
+// only marked (step 5), an empty one too.
 //
 // Until step 5 nothing may use the typed objects: the datastore opens the
 // store through Migrate (datastore.OpenStore).
@@ -136,12 +136,10 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 		return rep, again, err
 	}
 	if !slices.ContainsFunc(all, func(e kv.KeyValue) bool { return isV1(e.Key) || strings.HasPrefix(e.Key, v1PoolPrefix) }) {
-		if len(all) == 0 {
-			// An empty store: nothing to convert, and nothing is written.
-			rep.Done = true
-			return rep, false, nil
-		}
-		// Typed objects only (written before any marker): mark them.
+		// An empty store, or typed objects only (written before markers
+		// were written on empty stores): mark it, so that the store's
+		// next open costs one read and a bad request after a valid one
+		// finds nothing to write.
 		again, err := conflicted("migrate: write the layout marker", writeMarker(ctx, s, snap, maxv))
 		return rep, again, err
 	}

@@ -1,0 +1,55 @@
+package plugin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+)
+
+// KubeBinary is the plugin's sibling in the CNI bin directory that serves
+// configs keeping their state in the Kubernetes API: the same plugin with
+// the kubernetes datastore linked (cmd/ipkeeper-kube). The plugin itself
+// does not link it: client-go's package initialization alone costs every
+// exec about 10 ms (GODEBUG=inittrace=1: 10.7 ms over 151 package inits
+// with it, 1.3 ms without; internal/store/kube/initcost/measure.sh), which
+// local and etcd users would pay on every ADD and DEL.
+const KubeBinary = "ipkeeper-kube"
+
+// errNoKubeBinary: a config names the kubernetes datastore and KubeBinary
+// is not installed next to the plugin.
+var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is not installed")
+
+// handOff runs KubeBinary in place of this process, with the same
+// arguments, environment and stdin, when the config on stdin names the
+// kubernetes datastore and this binary cannot open it; it returns only
+// when it does not apply (another datastore, a config the verbs will
+// refuse themselves) or fails. A config that does not mention
+// "kubernetes" anywhere cannot name that datastore and is not parsed
+// twice.
+func handOff(stdin []byte) error {
+	if datastore.KubernetesLinked() || !bytes.Contains(stdin, []byte(config.DatastoreKubernetes)) {
+		return nil
+	}
+	conf, err := config.Parse(stdin)
+	if err != nil || conf.Datastore.Type != config.DatastoreKubernetes {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("%w: finding the plugin's own path: %w", errNoKubeBinary, err)
+	}
+	path := filepath.Join(filepath.Dir(self), KubeBinary)
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		if err == nil {
+			err = errors.New("not a regular file")
+		}
+		return fmt.Errorf("%w: the config keeps its state in the Kubernetes API, which %s next to the plugin serves: %w",
+			errNoKubeBinary, path, err)
+	}
+	return execWithStdin(path, stdin)
+}
