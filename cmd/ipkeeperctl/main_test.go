@@ -16,9 +16,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // The real binaries, built once in TestMain.
@@ -213,28 +212,34 @@ func TestExitStatusesAndJSON(t *testing.T) {
 	}
 	e.exit(1, "show", "-o", "xml")
 
-	// Damage the store behind the CLI's back: a handle vanishes.
-	st, err := local.Open(context.Background(), e.store)
+	// Damage the store behind the CLI's back: the claim of node-a's IPv4
+	// block vanishes (another node could claim the block).
+	st, err := kvbacked.OpenLocal(context.Background(), e.store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Txn(context.Background(), nil, []kv.Op{{Key: allocator.HandleKey("net.c2.eth0"), Delete: true}}); err != nil {
+	ref := store.BlockRef{Pool: "p4", CIDR: netip.MustParsePrefix("10.20.0.0/28")}
+	c, err := st.GetClaim(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteClaim(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
 	out, _ := e.exit(2, "check", "-o", "json")
 	var rep struct {
 		Problems []struct {
-			Kind   string `json:"kind"`
-			Handle string `json:"handle"`
+			Kind  string `json:"kind"`
+			Block string `json:"block"`
 		} `json:"problems"`
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Problems) != 2 || rep.Problems[0].Kind != "address-without-handle" || rep.Problems[0].Handle != "net.c2.eth0" {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != "block-without-claim" || rep.Problems[0].Block != "10.20.0.0/28" {
 		t.Fatalf("check: %s (%v)", out, err)
 	}
 	e.exit(3, "check", "--repair")
 	e.exit(0, "check")
-	// The recreated handle is released by the container's DEL.
+	// The block's handles are released by their containers' DEL.
 	if r := e.cni("DEL", "c2", "eth0", "", conf); r.Code != 0 {
 		t.Fatalf("DEL c2: %+v", r)
 	}

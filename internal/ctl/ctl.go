@@ -19,6 +19,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	// The kubernetes datastore: the CLI links client-go anyway (leaks).
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
