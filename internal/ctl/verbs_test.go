@@ -262,6 +262,13 @@ func TestDatastoreSelection(t *testing.T) {
 	h.fails(ExitError, []string{"IPKEEPER_DATASTORE", "mongo"}, "pool", "list")
 	delete(h.vars, "IPKEEPER_DATASTORE")
 	h.fails(ExitError, []string{"nope.conf"}, "--config", filepath.Join(h.tmp, "nope.conf"), "pool", "list")
+	// The kubernetes datastore's flags: a kubeconfig that cannot be read
+	// is named; partitions are not etcd prefixes and the other way round.
+	missing := filepath.Join(h.tmp, "no-kubeconfig")
+	h.fails(ExitError, []string{missing}, "--datastore", "kubernetes", "--datastore-kubeconfig", missing, "pool", "list")
+	h.fails(ExitError, []string{"Bad_Partition"}, "--datastore", "kubernetes", "--datastore-kubeconfig", missing, "--datastore-prefix", "Bad_Partition", "pool", "list")
+	h.fails(ExitError, []string{"--datastore-prefix", "--etcd-prefix"}, "--datastore-prefix", "part", "pool", "list")
+	h.fails(ExitError, []string{"--etcd-prefix", "--datastore-prefix"}, "--datastore", "kubernetes", "--etcd-prefix", "/x", "pool", "list")
 	// --config's nodeName is the default node.
 	conf2 := filepath.Join(h.tmp, "node-b.conf")
 	writeJSON(t, conf2, map[string]any{"cniVersion": "1.0.0", "name": "net", "type": "bridge", "ipam": map[string]any{
