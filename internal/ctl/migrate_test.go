@@ -31,11 +31,11 @@ type firstLayoutState struct {
 		ContainerID string    `json:"containerID"`
 		IfName      string    `json:"ifname"`
 		Node        string    `json:"node"`
-		NetNS     string    `json:"netns"`
-		Namespace string    `json:"namespace"`
-		Pod       string    `json:"pod"`
-		Created   time.Time `json:"created"`
-		IPs       []struct {
+		NetNS       string    `json:"netns"`
+		Namespace   string    `json:"namespace"`
+		Pod         string    `json:"pod"`
+		Created     time.Time `json:"created"`
+		IPs         []struct {
 			Addr  netip.Addr   `json:"addr"`
 			Pool  string       `json:"pool"`
 			Block netip.Prefix `json:"block"`
