@@ -20,9 +20,9 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
@@ -36,7 +36,7 @@ func TestMapLeaks(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			r := newRig(t, time.Hour)
 			ctx := context.Background()
-			r.alloc(func(a *allocator.Allocator) {
+			r.alloc(func(a *allocator.StoreAllocator) {
 				if _, err := a.EnsurePool(ctx, f.pool); err != nil {
 					t.Fatal(err)
 				}
@@ -366,12 +366,12 @@ func mapFixture(t *testing.T, s *kubetest.Server, pool ipam.Pool) (string, strin
 	}
 	t.Cleanup(func() { _ = s.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	dir := t.TempDir()
-	st, err := local.Open(ctx, dir)
+	st, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a := allocator.New(st, nil)
+	a := allocator.NewStoreAllocator(st, nil)
 	a.Now = func() time.Time { return t0 }
 	if _, err := a.EnsurePool(ctx, pool); err != nil {
 		t.Fatal(err)

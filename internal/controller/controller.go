@@ -2,18 +2,25 @@
 // by comparing the datastore's handles with the Kubernetes API, seen
 // through shared informers for Pods and Nodes.
 //
-// A reconcile pass reads every handle from the datastore, then asks
-// package leaks which are leaked given the informers' caches (read after
-// the handles, so no handle is newer than the view). A leaked handle is
-// released when a pass finds it leaked at least the grace period after the
-// pass that first did (leaks.Tracker), by one transaction guarded by the
-// handle's version as that pass read it (allocator.ReleaseObserved): an
-// address released and allocated again in between is never touched. Nodes
-// that hold blocks but are gone from the API are confirmed the same way;
-// their empty blocks are then freed with their affinity records
-// (allocator.FreeNodeBlocks). Nothing is released while a watch of the API
-// failed within the grace period or the API cannot be reached, since the
-// caches may then be stale.
+// A reconcile pass reads the typed store (docs/STORAGE.md) in three lists
+// — every claim, every node object, every pool (allocator.ObserveStore) —
+// then asks package leaks which handles are leaked given the informers'
+// caches (read after the store, so no handle is newer than the view). A
+// leaked handle is released when a pass finds it leaked at least the grace
+// period after the pass that first did (leaks.Tracker), one node object at
+// a time, each write guarded by the handle's record as that pass read it
+// (allocator.ReleaseObserved): an address released and allocated again in
+// between is never touched. Nodes that hold claims but are gone from the
+// API are confirmed the same way; their empty blocks then leave their
+// objects and their claims are deleted (allocator.FreeNodeBlocks). Claims
+// of other nodes whose block their node's object does not hold (an ADD
+// killed between its claim and its object's write) are taken into the
+// object, empty, once seen so for a grace period (allocator.AdoptClaims).
+// Nothing is released while a watch of the API failed within the grace
+// period or the API cannot be reached, since the caches may then be stale.
+//
+// The store offers no watch: the store is read by polling, once per pass
+// (after pod and node events, and every resync period), never per pod.
 //
 // Passes run after pod and node deletions (and pods finishing or changing
 // addresses), when a tracked leak's grace period ends, and every resync
@@ -38,6 +45,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,18 +56,18 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Config configures a Controller.
 type Config struct {
 	// Client talks to the Kubernetes API.
 	Client kubernetes.Interface
-	// Open opens the datastore. With KeepOpen false (the local store,
-	// whose file lock would stall the node's plugin calls) it is opened
-	// for each pass and closed after it; otherwise once.
-	Open     func(ctx context.Context) (kv.Store, error)
+	// Open opens the typed datastore. With KeepOpen false (the local
+	// store, whose file lock would stall the node's plugin calls) it is
+	// opened for each pass and closed after it; otherwise once.
+	Open     func(ctx context.Context) (store.Store, error)
 	KeepOpen bool
 	// LeakGrace is how long an allocation must be seen leaked before it is
 	// released (and a node gone before its blocks are freed).
@@ -86,12 +94,13 @@ type Controller struct {
 	trigger chan struct{}
 
 	storeMu sync.Mutex
-	store   kv.Store // when KeepOpen
+	store   store.Store // when KeepOpen
 
-	// handles and nodes track candidates across passes; reset for each
-	// term of leadership.
+	// handles and nodes track candidates across passes, orphans the
+	// claims to adopt; reset for each term of leadership.
 	handles leaks.Tracker
 	nodes   leaks.Tracker
+	orphans leaks.Tracker
 	usable  map[string]uint64 // pool definition -> usable addresses
 
 	// reconcileMu lets one term's loop end before the next one starts
@@ -221,6 +230,7 @@ func (c *Controller) Reconcile(ctx context.Context) {
 func (c *Controller) resetTrackers() {
 	c.handles = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.nodes = leaks.Tracker{Grace: c.cfg.LeakGrace}
+	c.orphans = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.stallsSeen = c.guard.count()
 }
 
@@ -238,7 +248,7 @@ func (c *Controller) paused() bool {
 }
 
 // openStore returns the datastore for one pass and what to call after it.
-func (c *Controller) openStore(ctx context.Context) (kv.Store, func(), error) {
+func (c *Controller) openStore(ctx context.Context) (store.Store, func(), error) {
 	if !c.cfg.KeepOpen {
 		st, err := c.cfg.Open(ctx)
 		if err != nil {
@@ -273,19 +283,18 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		return time.Time{}, fmt.Errorf("open datastore: %w", err)
 	}
 	defer done()
-	a := allocator.New(st, c.log)
+	a := allocator.NewStoreAllocator(st, c.log)
 	c.paused() // a pause before this pass: no confirmation from before it counts
 
-	// The handles first, then the view: no handle is newer than the view.
-	obs, err := a.ObserveHandles(ctx)
+	// The store first, then the view: no handle is newer than the view.
+	snap, err := a.ObserveStore(ctx)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("read handles: %w", err)
+		return time.Time{}, fmt.Errorf("read the datastore: %w", err)
 	}
 	now := c.cfg.Now()
 	view := c.view.snapshot()
-	hs := make([]ipam.Handle, len(obs))
-	byKey := make(map[string]allocator.Observed, len(obs))
-	for i, o := range obs {
+	hs := make([]ipam.Handle, len(snap.Handles))
+	for i, o := range snap.Handles {
 		hs[i] = o.Handle
 	}
 	found := leaks.Find(hs, view)
@@ -295,7 +304,8 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		k := leaks.Key(l.Handle)
 		keys[i], leakOf[k] = k, l
 	}
-	for _, o := range obs {
+	byKey := make(map[string]allocator.StoreObserved, len(found))
+	for _, o := range snap.Handles {
 		if _, ok := leakOf[leaks.Key(o.Handle)]; ok {
 			byKey[leaks.Key(o.Handle)] = o
 		}
@@ -303,20 +313,17 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	c.m.leakCandidates.Set(float64(len(found)))
 	confirmed, next := c.handles.Observe(now, keys)
 
-	affine, err := a.AffineNodes(ctx)
-	if err != nil {
-		return next, fmt.Errorf("read affinities: %w", err)
-	}
 	var gone []string
-	for n := range affine {
+	for n := range snap.Affine {
 		if view.NodeCount() > 0 && !view.NodeExists(n) {
 			gone = append(gone, n)
 		}
 	}
+	slices.Sort(gone)
 	goneNodes, nextNode := c.nodes.Observe(now, gone)
-	if !nextNode.IsZero() && (next.IsZero() || nextNode.Before(next)) {
-		next = nextNode
-	}
+	next = earliest(next, nextNode)
+	adopt, nextAdopt := c.orphans.Observe(now, orphanKeys(snap.Orphans, gone))
+	next = earliest(next, nextAdopt)
 
 	if len(confirmed) > 0 || len(goneNodes) > 0 {
 		if why := c.stale(ctx, now); why != "" {
@@ -346,10 +353,20 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		}
 		c.freeNode(ctx, a, n)
 	}
-	if err := c.poolMetrics(ctx, a); err != nil {
+	c.adoptOrphans(ctx, a, adopt)
+	if err := ctx.Err(); err != nil {
 		return next, err
 	}
+	c.poolMetrics(snap)
 	return next, nil
+}
+
+// earliest is the earlier of two due times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // stale says why the informers' caches may not be current ("" when they
@@ -365,18 +382,12 @@ func (c *Controller) stale(ctx context.Context, now time.Time) string {
 	return ""
 }
 
-// poolMetrics sets ipkeeper_pool_addresses from the pools and blocks.
-func (c *Controller) poolMetrics(ctx context.Context, a *allocator.Allocator) error {
-	pools, err := a.Pools(ctx)
-	if err != nil {
-		return fmt.Errorf("read pools: %w", err)
-	}
-	blocks, err := a.Blocks(ctx, "")
-	if err != nil {
-		return fmt.Errorf("read blocks: %w", err)
-	}
+// poolMetrics sets ipkeeper_pool_addresses from the pass's read of the
+// pools and blocks.
+func (c *Controller) poolMetrics(snap allocator.StoreSnapshot) {
+	pools := snap.Pools
 	byPool := map[string][]ipam.Block{}
-	for _, b := range blocks {
+	for _, b := range snap.Blocks {
 		byPool[b.Pool] = append(byPool[b.Pool], b)
 	}
 	seen := map[string]bool{}
@@ -405,7 +416,6 @@ func (c *Controller) poolMetrics(ctx context.Context, a *allocator.Allocator) er
 		c.usable = map[string]uint64{}
 	}
 	c.m.forgetPools(seen)
-	return nil
 }
 
 func podName(h ipam.Handle) string {

@@ -19,10 +19,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
 var srv *kubetest.Server
@@ -59,21 +61,37 @@ func (c *clock) Set(t time.Time) {
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
+// backends are the datastores every rig test runs on.
+var backends = []string{config.DatastoreLocal, config.DatastoreEtcd, config.DatastoreKubernetes}
+
 // rig is one test's controller against the shared API server: the
-// controller authenticates as the shipped ServiceAccount, uses a local
-// store in a temp dir and a settable clock; its passes are run by the test.
+// controller authenticates as the shipped ServiceAccount, uses a typed
+// datastore of the test's own (a local store in a temp dir, a prefix of an
+// embedded etcd, or a partition of the API server's CRDs opened with the
+// controller's ServiceAccount) and a settable clock; its passes are run by
+// the test.
 type rig struct {
 	t     *testing.T
 	admin kubernetes.Interface
 	ns    string // the test's namespace, also the prefix of its nodes
 	dir   string
+	ds    config.Datastore // the controller's datastore
+	setup config.Datastore // the test's own opening of it
+	keep  store.Store      // the test's store, kept open (etcd, kubernetes)
 	clock *clock
 	c     *Controller
 	m     *Metrics
 	grace time.Duration
 }
 
+// newRig is a rig on a local store.
 func newRig(t *testing.T, grace time.Duration) *rig {
+	t.Helper()
+	return newRigOn(t, grace, config.DatastoreLocal)
+}
+
+// newRigOn is a rig on a datastore of type backend.
+func newRigOn(t *testing.T, grace time.Duration, backend string) *rig {
 	t.Helper()
 	s := kubetest.Require(t, srv)
 	r := &rig{t: t, admin: s.Client, dir: t.TempDir(), clock: &clock{t: t0}, grace: grace,
@@ -82,7 +100,32 @@ func newRig(t *testing.T, grace time.Duration) *rig {
 	if _, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"))
+	controllerKubeconfig := s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
+	switch backend {
+	case config.DatastoreLocal:
+		r.ds = config.Datastore{Type: config.DatastoreLocal, Path: r.dir}
+		r.setup = r.ds
+	case config.DatastoreEtcd:
+		e := etcdtest.ForTest(t, nil)
+		r.ds = config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{e.Endpoint}, Prefix: "/" + r.ns}
+		r.setup = r.ds
+	case config.DatastoreKubernetes:
+		// The controller's ServiceAccount for the controller, the
+		// node's (the plugin's) for the allocations of the test.
+		r.ds = config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: controllerKubeconfig, Prefix: r.ns}
+		r.setup = config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"), Prefix: r.ns}
+	default:
+		t.Fatalf("unknown backend %q", backend)
+	}
+	if backend != config.DatastoreLocal {
+		st, err := datastore.OpenStore(ctx, r.setup, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.keep = st
+		t.Cleanup(func() { _ = st.Close() })
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", controllerKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +137,8 @@ func newRig(t *testing.T, grace time.Duration) *rig {
 	}
 	r.c, err = New(Config{
 		Client:    client,
-		Open:      func(ctx context.Context) (kv.Store, error) { return local.Open(ctx, r.dir) },
+		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, r.ds, true) },
+		KeepOpen:  backend != config.DatastoreLocal,
 		LeakGrace: grace,
 		Resync:    time.Hour,
 		Log:       slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -113,16 +157,20 @@ func newRig(t *testing.T, grace time.Duration) *rig {
 	return r
 }
 
-// alloc runs f with an allocator over the test's store (closed after, so
-// the controller can open it).
-func (r *rig) alloc(f func(a *allocator.Allocator)) {
+// alloc runs f with an allocator over the test's store (a local store is
+// closed after, so the controller can open it).
+func (r *rig) alloc(f func(a *allocator.StoreAllocator)) {
 	r.t.Helper()
-	st, err := local.Open(context.Background(), r.dir)
+	if r.keep != nil {
+		f(allocator.NewStoreAllocator(r.keep, nil))
+		return
+	}
+	st, err := datastore.OpenStore(context.Background(), r.setup, true)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	defer st.Close()
-	f(allocator.New(st, nil))
+	f(allocator.NewStoreAllocator(st, nil))
 }
 
 // attach allocates one address from pool for a container of pod (uid may
@@ -131,7 +179,7 @@ func (r *rig) alloc(f func(a *allocator.Allocator)) {
 func (r *rig) attach(pool ipam.Pool, container, pod, uid, node string, created time.Time) ipam.Handle {
 	r.t.Helper()
 	var h ipam.Handle
-	r.alloc(func(a *allocator.Allocator) {
+	r.alloc(func(a *allocator.StoreAllocator) {
 		a.Now = func() time.Time { return created }
 		ns := ""
 		if pod != "" {
@@ -154,7 +202,7 @@ func (r *rig) attach(pool ipam.Pool, container, pod, uid, node string, created t
 func (r *rig) handles() map[string]ipam.Handle {
 	r.t.Helper()
 	out := map[string]ipam.Handle{}
-	r.alloc(func(a *allocator.Allocator) {
+	r.alloc(func(a *allocator.StoreAllocator) {
 		hs, err := a.Handles(context.Background())
 		if err != nil {
 			r.t.Fatal(err)
@@ -166,17 +214,33 @@ func (r *rig) handles() map[string]ipam.Handle {
 	return out
 }
 
-// storeState returns every key of the store with its version.
-func (r *rig) storeState() map[string]int64 {
+// storeState returns every object of the store (pools, claims, node
+// objects) with its version.
+func (r *rig) storeState() map[string]store.Version {
 	r.t.Helper()
-	out := map[string]int64{}
-	r.alloc(func(a *allocator.Allocator) {
-		es, err := a.Store().List(context.Background(), "")
+	out := map[string]store.Version{}
+	r.alloc(func(a *allocator.StoreAllocator) {
+		ctx := context.Background()
+		ps, err := a.Store().ListPools(ctx)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		for _, e := range es {
-			out[e.Key] = e.Version
+		for _, p := range ps {
+			out["pool "+p.Spec.Name] = p.Version
+		}
+		cs, err := a.Store().ListClaims(ctx, store.ClaimSelector{})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, c := range cs {
+			out["claim "+c.Pool+" "+c.CIDR.String()] = c.Version
+		}
+		ns, err := a.Store().ListNodes(ctx, store.NodeSelector{})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, n := range ns {
+			out["node "+n.Name] = n.Version
 		}
 	})
 	return out

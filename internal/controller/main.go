@@ -25,7 +25,8 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
@@ -60,7 +61,7 @@ func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
 		ns = "kube-system"
 	}
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster configuration)")
-	fs.StringVar(&o.ConfigFile, "config", "", "CNI network config (.conf or .conflist) whose ipkeeper datastore to use (default: IPKEEPER_DATASTORE, IPKEEPER_LOCAL_PATH, IPKEEPER_ETCD_* from the environment)")
+	fs.StringVar(&o.ConfigFile, "config", "", "CNI network config (.conf or .conflist) whose ipkeeper datastore to use (default: IPKEEPER_DATASTORE, IPKEEPER_LOCAL_PATH, IPKEEPER_ETCD_*, IPKEEPER_DATASTORE_KUBECONFIG/PREFIX from the environment); a kubernetes datastore without a kubeconfig of its own uses --kubeconfig's")
 	fs.DurationVar(&o.LeakGrace, "leak-grace", time.Minute, "how long an allocation must be seen leaked (and a node gone) before it is released")
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of full reconcile passes")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":9273", "address serving /metrics, /healthz and /readyz (empty: none)")
@@ -127,6 +128,10 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 	if err != nil {
 		return err
 	}
+	if ds.Type == config.DatastoreKubernetes && ds.Kubeconfig == "" {
+		// The datastore is in the API the controller watches.
+		ds.Kubeconfig = o.Kubeconfig
+	}
 	m := NewMetrics()
 	restCfg, err := kubeConfig(o.Kubeconfig)
 	if err != nil {
@@ -140,8 +145,8 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 	}
 	c, err := New(Config{
 		Client:    client,
-		Open:      func(ctx context.Context) (kv.Store, error) { return datastore.OpenShared(ctx, ds) },
-		KeepOpen:  ds.Type == config.DatastoreEtcd,
+		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, ds, true) },
+		KeepOpen:  ds.Type == config.DatastoreEtcd || ds.Type == config.DatastoreKubernetes,
 		LeakGrace: o.LeakGrace,
 		Resync:    o.Resync,
 		Log:       log,

@@ -18,6 +18,7 @@ type Metrics struct {
 	releases        *prometheus.CounterVec
 	releaseSkips    *prometheus.CounterVec
 	blocksFreed     prometheus.Counter
+	claimsAdopted   prometheus.Counter
 	reconcile       prometheus.Histogram
 	reconcileErrors prometheus.Counter
 	leader          prometheus.Gauge
@@ -48,7 +49,11 @@ func NewMetrics() *Metrics {
 		}, []string{"why"}),
 		blocksFreed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipkeeper_node_blocks_freed_total",
-			Help: "Empty blocks of deleted nodes freed with their affinity records.",
+			Help: "Empty blocks of deleted nodes freed: taken out of the node's object, their claims deleted.",
+		}),
+		claimsAdopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipkeeper_claims_adopted_total",
+			Help: "Orphan claims (a block claimed by a node whose object did not hold it, as an ADD killed mid-way leaves) whose block was added to the node's object, empty.",
 		}),
 		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ipkeeper_reconcile_duration_seconds",
@@ -69,7 +74,7 @@ func NewMetrics() *Metrics {
 		}, []string{"verb", "resource"}),
 	}
 	m.Registry.MustRegister(m.poolAddresses, m.leakCandidates, m.releases, m.releaseSkips, m.blocksFreed,
-		m.reconcile, m.reconcileErrors, m.leader, m.kubeRequests,
+		m.claimsAdopted, m.reconcile, m.reconcileErrors, m.leader, m.kubeRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

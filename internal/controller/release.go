@@ -3,22 +3,26 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // ReleaseWorkers bounds the releases under way at once. A release takes
-// a few datastore round trips; the leaks of one block go to one worker,
-// one after another (they would conflict on the block), and up to
-// ReleaseWorkers blocks are worked on at once. etcd commits concurrent
-// transactions together (one fsync for many), so more workers release
-// faster: 2 500 leaks of 1 000 nodes took 9.6 s with 8 workers and 2.5 s
-// with 32 (make bench-controller BENCH_CONTROLLER_FLAGS="-nodes 1000
-// -conc 32", same machine, idle).
+// a read and a write of each node object holding a part of the handle;
+// the leaks of one node go to one worker, one after another (they would
+// conflict on its object), and up to ReleaseWorkers nodes are worked on
+// at once. etcd commits concurrent transactions together (one fsync for
+// many), so more workers release faster: 2 500 leaks of 1 000 nodes took
+// 9.6 s with 8 workers and 2.5 s with 32 on the first layout (make
+// bench-controller BENCH_CONTROLLER_FLAGS="-nodes 1000 -conc 32", same
+// machine, idle).
 const ReleaseWorkers = 32
 
 // releaseTimeout bounds one release. A release under way is not cut
@@ -30,15 +34,12 @@ const releaseTimeout = 30 * time.Second
 // checks that the term goes on (ctx) and that the process was not paused
 // (it may have lost its Lease without knowing yet); when either fails no
 // further release starts, and the caller sees why.
-func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.Allocator, confirmed []string,
-	byKey map[string]allocator.Observed, leakOf map[string]leaks.Leak) {
+func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.StoreAllocator, confirmed []string,
+	byKey map[string]allocator.StoreObserved, leakOf map[string]leaks.Leak) {
 	groups := map[string][]string{}
 	var order []string
 	for _, k := range confirmed {
-		g := ""
-		if ips := byKey[k].Handle.IPs; len(ips) > 0 {
-			g = ips[0].Pool + "/" + ips[0].Block.String()
-		}
+		g := byKey[k].Handle.Node
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}
@@ -71,7 +72,7 @@ func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.Allocato
 }
 
 // release releases one confirmed leak, guarded by its observation.
-func (c *Controller) release(ctx context.Context, a *allocator.Allocator, o allocator.Observed, l leaks.Leak) {
+func (c *Controller) release(ctx context.Context, a *allocator.StoreAllocator, o allocator.StoreObserved, l leaks.Leak) {
 	h := o.Handle
 	attrs := []any{"pod", podName(h), "uid", h.PodUID, "address", addrList(h), "node", l.Node,
 		"reason", string(l.Reason), "handle", h.ID, "detail", l.Detail}
@@ -90,20 +91,63 @@ func (c *Controller) release(ctx context.Context, a *allocator.Allocator, o allo
 	}
 }
 
-// freeNode frees the empty blocks of a node confirmed gone.
-func (c *Controller) freeNode(ctx context.Context, a *allocator.Allocator, node string) {
+// freeNode frees the empty blocks of a node confirmed gone: out of its
+// object, then their claims.
+func (c *Controller) freeNode(ctx context.Context, a *allocator.StoreAllocator, node string) {
 	res, err := a.FreeNodeBlocks(ctx, node)
 	for _, b := range res.Freed {
 		c.m.blocksFreed.Inc()
 		c.log.Info("freed empty block of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String(), "reason", string(leaks.NodeGone))
 	}
 	for _, b := range res.Dropped {
-		c.log.Info("dropped stale affinity record of deleted node", "node", node, "pool", b.Pool, "block", b.Block.String())
+		c.log.Info("dropped claim of deleted node whose block its object did not hold", "node", node, "pool", b.Pool, "block", b.Block.String())
 	}
 	if len(res.Kept) > 0 {
 		c.log.Info("blocks of deleted node kept until their addresses are released", "node", node, "blocks", len(res.Kept))
 	}
 	if err != nil {
 		c.log.Error("freeing the blocks of a deleted node failed", "node", node, "err", err)
+	}
+}
+
+// orphanKeys are the tracker keys of the orphan claims of nodes not in
+// gone (a gone node's orphan claims are deleted with its blocks).
+func orphanKeys(orphans map[string][]store.BlockRef, gone []string) []string {
+	var keys []string
+	for node, refs := range orphans {
+		if _, isGone := slices.BinarySearch(gone, node); isGone {
+			continue
+		}
+		for _, r := range refs {
+			keys = append(keys, node+"\x00"+r.Pool+"\x00"+r.CIDR.String())
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// adoptOrphans takes into their nodes' objects the blocks of the orphan
+// claims confirmed (keys of orphanKeys), one AdoptClaims per node.
+func (c *Controller) adoptOrphans(ctx context.Context, a *allocator.StoreAllocator, confirmed []string) {
+	var nodes []string
+	for _, k := range confirmed {
+		node, _, _ := strings.Cut(k, "\x00")
+		if len(nodes) == 0 || nodes[len(nodes)-1] != node {
+			nodes = append(nodes, node)
+		}
+	}
+	for _, node := range nodes {
+		if ctx.Err() != nil {
+			return
+		}
+		refs, err := a.AdoptClaims(ctx, node)
+		if err != nil {
+			c.log.Error("adopting the orphan claims of a node failed", "node", node, "err", err)
+			continue
+		}
+		for _, r := range refs {
+			c.m.claimsAdopted.Inc()
+			c.log.Info("adopted orphan claim: its block joined its node's object, empty", "node", node, "pool", r.Pool, "block", r.CIDR.String())
+		}
 	}
 }
