@@ -11,11 +11,13 @@
 //     overview drawn (window.ipkMap.ready), with its fetch and draw
 //     parts, for -loads fresh loads;
 //  4. one allocation at that scale: from its commit to the page drawing it;
-//  5. the first API answers after a change (the overview rendered again).
+//  5. the first API answers after a change (the overview rendered again);
+//  6. what one poll of the datastore costs: the reads the map makes when
+//     nothing changed and when one node object changed.
 //
 // Numbers are printed, never asserted.
 //
-//	go run ./test/bench/webui [-datastore etcd|local] [-nodes 5000] [-pods 110] [-loads 3]
+//	go run ./test/bench/webui [-datastore etcd|local|kubernetes] [-nodes 5000] [-pods 110] [-loads 3]
 package main
 
 import (
@@ -43,14 +45,16 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 	"github.com/ipkeeper/ipkeeper/test/webui/webuitest"
 )
 
 var (
-	flagStore    = flag.String("datastore", "etcd", "datastore to fill: etcd (embedded unless -endpoint) or local (a temporary directory)")
+	flagStore    = flag.String("datastore", "etcd", "datastore to fill: etcd (embedded unless -endpoint), local (a temporary directory) or kubernetes (a kube-apiserver of internal/kubetest)")
 	flagEndpoint = flag.String("endpoint", "", "etcd client URL to use instead of an embedded etcd")
 	flagNodes    = flag.Int("nodes", 5000, "nodes")
 	flagPods     = flag.Int("pods", 110, "pods per node")
@@ -67,7 +71,7 @@ func main() {
 	ds, cleanup := datastoreFor(ctx)
 	defer cleanup()
 
-	st, err := datastore.OpenShared(ctx, ds)
+	st, err := datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -203,11 +207,11 @@ func main() {
 		log.Fatal(err)
 	}
 	gen = gjs
-	st, err = datastore.OpenShared(ctx, ds)
+	st, err = datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		log.Fatal(err)
 	}
-	a := allocator.New(st, nil)
+	a := allocator.NewStoreAllocator(st, nil)
 	h, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "bench.live.eth0", Node: "node-live", Network: "bench",
 		ContainerID: "live", IfName: "eth0", Namespace: "default", Pod: "live"}, Sets: [][]string{{"scale"}}})
 	committed := time.Now()
@@ -227,11 +231,11 @@ func main() {
 	// rendered again, the search looks at the changed handle aside. The
 	// page is closed first, so that it does not ask before the measurement.
 	bcancel()
-	st, err = datastore.OpenShared(ctx, ds)
+	st, err = datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := allocator.New(st, nil).Release(ctx, "bench.live.eth0"); err != nil {
+	if _, err := allocator.NewStoreAllocator(st, nil).Release(ctx, "node-live", "bench.live.eth0"); err != nil {
 		log.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
@@ -255,6 +259,17 @@ func main() {
 	for _, path := range []string{"api/pools", "api/nodes", "api/search?q=pod-17", "api/search?q=live"} {
 		measureAPI(base, path, 1)
 	}
+
+	// 6. What one poll of the datastore costs (the map polls the local
+	// file when it changed, and the kubernetes datastore every second or
+	// three times a poll's duration; etcd is watched).
+	st, err = datastore.OpenStore(ctx, ds, true)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	fmt.Printf("\n6. one poll's reads, %d each (p50 / max)\n", *flagN)
+	measurePoll(ctx, st, *flagN)
 }
 
 // datastoreFor returns the datastore to fill and a cleanup.
@@ -266,6 +281,14 @@ func datastoreFor(_ context.Context) (config.Datastore, func()) {
 			log.Fatal(err)
 		}
 		return config.Datastore{Type: config.DatastoreLocal, Path: dir}, func() { _ = os.RemoveAll(dir) }
+	case "kubernetes":
+		s, err := kubetest.StartMain()
+		if err != nil {
+			log.Fatalf("start kube-apiserver (IPKEEPER_KUBE_APISERVER=$(scripts/kube-apiserver.sh)): %v", err)
+		}
+		fmt.Printf("kube-apiserver at %s\n", s.URL)
+		return config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: s.AdminKubeconfig, Prefix: "webui-bench",
+			RequestTimeout: time.Minute}, s.Stop
 	case "etcd":
 		ep, done := *flagEndpoint, func() {}
 		if ep == "" {
@@ -279,16 +302,16 @@ func datastoreFor(_ context.Context) (config.Datastore, func()) {
 		return config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{ep}, Prefix: "/webui-bench",
 			RequestTimeout: time.Minute}, done
 	}
-	log.Fatalf("-datastore %q: want etcd or local", *flagStore)
+	log.Fatalf("-datastore %q: want etcd, local or kubernetes", *flagStore)
 	return config.Datastore{}, nil
 }
 
-// fill writes the pool, and per node ceil(pods/64) claimed blocks with
-// their affinities and one handle per pod, in transactions of at most 120
-// writes, from 8 writers. It returns the number of addresses.
-func fill(ctx context.Context, st kv.Store, nodes, pods int) int {
+// fill writes the pool, and per node its ceil(pods/64) claims and its node
+// object holding those blocks and one handle record per pod, from 8
+// writers. It returns the number of addresses.
+func fill(ctx context.Context, st store.Store, nodes, pods int) int {
 	pool := ipam.Pool{Name: "scale", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26, Origin: "cli"}
-	if err := st.Txn(ctx, nil, []kv.Op{{Key: allocator.PoolKey(pool.Name), Value: allocator.Encode(pool)}}); err != nil {
+	if _, err := st.CreatePool(ctx, store.Pool{Spec: pool}); err != nil {
 		log.Fatal(err)
 	}
 	first, last := pool.BlockSpan()
@@ -305,7 +328,7 @@ func fill(ctx context.Context, st kv.Store, nodes, pods int) int {
 		wg.Go(func() {
 			for nd := range work {
 				node := fmt.Sprintf("node-%05d", nd)
-				var ops []kv.Op
+				obj := store.Node{Name: node}
 				n := 0
 				for b := range perNode {
 					cidr := pool.BlockAt(first + uint64(nd*perNode+b))
@@ -317,21 +340,18 @@ func fill(ctx context.Context, st kv.Store, nodes, pods int) int {
 							break // the block is full
 						}
 						blk = next
-						h := ipam.Handle{ID: id, Network: "bench", ContainerID: fmt.Sprintf("%s-%d", node, n), IfName: "eth0",
-							Node: node, Namespace: "default", Pod: fmt.Sprintf("pod-%d", n), Created: created,
-							IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}}
-						ops = append(ops, kv.Op{Key: allocator.HandleKey(id), Value: allocator.Encode(h)})
+						obj.Handles = append(obj.Handles, ipam.Handle{ID: id, Network: "bench", ContainerID: fmt.Sprintf("%s-%d", node, n),
+							IfName: "eth0", Node: node, Namespace: "default", Pod: fmt.Sprintf("pod-%d", n), Created: created,
+							IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}})
 						n++
 					}
-					ops = append(ops, kv.Op{Key: allocator.BlockKey(pool.Name, cidr), Value: allocator.Encode(blk)},
-						kv.Op{Key: allocator.AffinityKey(node, pool.Name, cidr), Value: []byte(allocator.BlockKey(pool.Name, cidr))})
-				}
-				for len(ops) > 0 {
-					k := min(len(ops), 120)
-					if err := st.Txn(ctx, nil, ops[:k]); err != nil {
+					obj.Blocks = append(obj.Blocks, blk)
+					if _, err := st.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: pool.Name, CIDR: cidr}, Node: node}); err != nil {
 						log.Fatalf("fill: %v", err)
 					}
-					ops = ops[k:]
+				}
+				if _, err := st.CreateNode(ctx, obj); err != nil {
+					log.Fatalf("fill: %v", err)
 				}
 				mu.Lock()
 				total += n
@@ -345,6 +365,61 @@ func fill(ctx context.Context, st kv.Store, nodes, pods int) int {
 	close(work)
 	wg.Wait()
 	return total
+}
+
+// measurePoll prints what one poll of the map costs on st: the reads it
+// makes when nothing changed and when one node object changed (local and
+// etcd: the revision, then pools, claims and the node objects listed with
+// only the changed one decoded; kubernetes: pools, claims and every node
+// object, each time), n times each.
+func measurePoll(ctx context.Context, st store.Store, n int) {
+	time1 := func(f func() error) time.Duration {
+		start := time.Now()
+		if err := f(); err != nil {
+			log.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	lists := func() error {
+		if _, err := st.ListPools(ctx); err != nil {
+			return err
+		}
+		_, err := st.ListClaims(ctx, store.ClaimSelector{})
+		return err
+	}
+	type scanner interface {
+		Revision(ctx context.Context) (int64, error)
+		ScanNodes(ctx context.Context, decode func(string, store.Version) bool) ([]kvbacked.ScannedNode, error)
+	}
+	var idle, changed []time.Duration
+	for range n {
+		if sc, ok := st.(scanner); ok {
+			idle = append(idle, time1(func() error { _, err := sc.Revision(ctx); return err }))
+			changed = append(changed, time1(func() error {
+				if _, err := sc.Revision(ctx); err != nil {
+					return err
+				}
+				if err := lists(); err != nil {
+					return err
+				}
+				_, err := sc.ScanNodes(ctx, func(name string, _ store.Version) bool { return name == "node-00000" })
+				return err
+			}))
+			continue
+		}
+		full := time1(func() error {
+			if err := lists(); err != nil {
+				return err
+			}
+			_, err := st.ListNodes(ctx, store.NodeSelector{})
+			return err
+		})
+		idle, changed = append(idle, full), append(changed, full)
+	}
+	slices.Sort(idle)
+	slices.Sort(changed)
+	fmt.Printf("%-42s %7.1fms %7.1fms\n", "poll, nothing changed", ms(idle[len(idle)/2]), ms(idle[len(idle)-1]))
+	fmt.Printf("%-42s %7.1fms %7.1fms\n", "poll, one node object changed", ms(changed[len(changed)/2]), ms(changed[len(changed)-1]))
 }
 
 func getJSON(url string, v any) error {
