@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
@@ -163,5 +165,49 @@ func TestModelReplace(t *testing.T) {
 	}
 	if b := m.blocks[store.BlockRef{Pool: poolTiny.Name, CIDR: v4blk}]; b == nil || b.holder != "" || b.agg.inUse != 0 {
 		t.Errorf("the claimed block after its holder's object went: %+v", b)
+	}
+}
+
+// TestReadSnapshotDecodesOnlyChanged: a poll of a real local store decodes
+// every node object the first time, none when nothing changed, and only
+// the object an allocation wrote after that.
+func TestReadSnapshotDecodesOnlyChanged(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openLocal(t, dir)
+	defer st.Close()
+	fillFixture(t, st)
+	m := newModel(slog.New(slog.DiscardHandler))
+	decoded := func() []string {
+		t.Helper()
+		s, err := readSnapshot(ctx, st, m.nodeVersions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range s.nodes {
+			if n.Decoded {
+				out = append(out, n.Name)
+			}
+		}
+		m.replace(s)
+		return out
+	}
+	if got := decoded(); !slices.Equal(got, []string{"node-a", "node-b"}) {
+		t.Fatalf("first read decoded %v", got)
+	}
+	if got := decoded(); len(got) != 0 {
+		t.Fatalf("an unchanged read decoded %v", got)
+	}
+	a := allocator.NewStoreAllocator(st, nil)
+	if _, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.ctr-more.eth0", Network: "net", ContainerID: "ctr-more",
+		IfName: "eth0", Node: "node-b", Pod: "more"}, Sets: [][]string{{"c-v6"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := decoded(); !slices.Equal(got, []string{"node-b"}) {
+		t.Fatalf("after an ADD on node-b the read decoded %v", got)
+	}
+	if h := m.handles["net.ctr-more.eth0"]; h == nil || h.node != "node-b" {
+		t.Fatalf("the ADD is not in the map: %+v", h)
 	}
 }
