@@ -19,9 +19,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -108,11 +110,13 @@ func (c *cluster) deletePod(name string) {
 	}
 }
 
-// network is a CNI network config using ipkeeper with a local store.
+// network is a CNI network config using ipkeeper with a local store, or a
+// partition of the kubernetes datastore.
 type network struct {
 	t    *testing.T
 	conf []byte
-	dir  string // the local store
+	dir  string           // the local store
+	ds   config.Datastore // the plugin's datastore, also the test's
 }
 
 // newNetwork returns a network named name whose ipam is ipam plus a local
@@ -120,6 +124,7 @@ type network struct {
 func newNetwork(t *testing.T, name string, ipam map[string]any) *network {
 	t.Helper()
 	n := &network{t: t, dir: t.TempDir()}
+	n.ds = config.Datastore{Type: config.DatastoreLocal, Path: n.dir}
 	ipam["type"] = "ipkeeper"
 	ipam["datastore"] = map[string]any{"type": "local", "path": n.dir}
 	conf := map[string]any{"cniVersion": "1.0.0", "name": name, "type": "bridge", "ipam": ipam}
@@ -134,6 +139,13 @@ func newNetwork(t *testing.T, name string, ipam map[string]any) *network {
 // (whereabouts, exactly five usable addresses) with ipkeeper as the IPAM
 // type and an explicit local datastore.
 func nadNetwork(t *testing.T) *network {
+	t.Helper()
+	dir := t.TempDir()
+	return nadNetworkOn(t, config.Datastore{Type: config.DatastoreLocal, Path: dir})
+}
+
+// nadNetworkOn is nadNetwork on datastore ds (local or kubernetes).
+func nadNetworkOn(t *testing.T, ds config.Datastore) *network {
 	t.Helper()
 	root, err := cnirun.RepoRoot()
 	if err != nil {
@@ -159,21 +171,43 @@ func nadNetwork(t *testing.T) *network {
 	if conf["name"] == nil {
 		conf["name"] = nad.Metadata.Name // Multus names it after the NAD
 	}
-	n := &network{t: t, dir: t.TempDir()}
+	n := &network{t: t, dir: ds.Path, ds: ds}
 	ipam := conf["ipam"].(map[string]any)
 	if ipam["type"] != "whereabouts" {
 		t.Fatalf("the NAD's ipam type is %v, not whereabouts", ipam["type"])
 	}
 	ipam["type"] = "ipkeeper"
-	ipam["datastore"] = map[string]any{"type": "local", "path": n.dir}
+	switch ds.Type {
+	case config.DatastoreLocal:
+		ipam["datastore"] = map[string]any{"type": "local", "path": ds.Path}
+	case config.DatastoreKubernetes:
+		ipam["datastore"] = map[string]any{"type": "kubernetes", "kubeconfig": ds.Kubeconfig, "prefix": ds.Prefix}
+	default:
+		t.Fatalf("nadNetworkOn: datastore type %q", ds.Type)
+	}
 	if n.conf, err = json.Marshal(conf); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// env is the controller's (and ipkeeperctl's) datastore environment.
-func (n *network) env() []string { return []string{"IPKEEPER_LOCAL_PATH=" + n.dir} }
+// env is the controller's datastore environment: a kubernetes datastore's
+// partition, with the controller's own kubeconfig.
+func (n *network) env() []string {
+	if n.ds.Type == config.DatastoreKubernetes {
+		return []string{"IPKEEPER_DATASTORE=kubernetes", "IPKEEPER_DATASTORE_PREFIX=" + n.ds.Prefix}
+	}
+	return []string{"IPKEEPER_LOCAL_PATH=" + n.dir}
+}
+
+// ctlEnv is ipkeeperctl's: the controller's, with the plugin's kubeconfig
+// for a kubernetes datastore.
+func (n *network) ctlEnv() []string {
+	if n.ds.Type == config.DatastoreKubernetes {
+		return append(n.env(), "IPKEEPER_DATASTORE_KUBECONFIG="+n.ds.Kubeconfig)
+	}
+	return n.env()
+}
 
 // anyNetNS is CNI_NETNS for direct IPAM calls: the plugin never enters it,
 // and a path that does not exist passes its check.
@@ -226,7 +260,7 @@ func resultAddr(t *testing.T, stdout []byte) netip.Addr {
 func (n *network) ctl(args ...string) (string, string, int) {
 	n.t.Helper()
 	cmd := exec.CommandContext(ctxT(n.t), ctlBin, args...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "NODENAME=ctl-node"}, n.env()...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "NODENAME=ctl-node"}, n.ctlEnv()...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -244,7 +278,7 @@ func (n *network) ctl(args ...string) (string, string, int) {
 func (n *network) handles() map[string]ipam.Handle {
 	n.t.Helper()
 	out := map[string]ipam.Handle{}
-	n.withAllocator(func(a *allocator.Allocator) {
+	n.withAllocator(func(a *allocator.StoreAllocator) {
 		hs, err := a.Handles(ctxT(n.t))
 		if err != nil {
 			n.t.Fatal(err)
@@ -257,12 +291,12 @@ func (n *network) handles() map[string]ipam.Handle {
 }
 
 // withAllocator runs f on the network's store, opened for f only.
-func (n *network) withAllocator(f func(a *allocator.Allocator)) {
+func (n *network) withAllocator(f func(a *allocator.StoreAllocator)) {
 	n.t.Helper()
-	st, err := local.Open(ctxT(n.t), n.dir)
+	st, err := datastore.OpenStore(ctxT(n.t), n.ds, true)
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	defer st.Close()
-	f(allocator.New(st, nil))
+	f(allocator.NewStoreAllocator(st, nil))
 }

@@ -14,9 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/controller"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
@@ -48,7 +49,7 @@ type fleet struct {
 	c      *cluster
 	ep     string
 	prefix string
-	a      *allocator.Allocator
+	a      *allocator.StoreAllocator
 	// leaked and live hold the allocations by handle ID.
 	leaked, live map[string]ipam.Handle
 }
@@ -66,12 +67,12 @@ func newFleet(t *testing.T, c *cluster) *fleet {
 	t.Helper()
 	e := etcdtest.ForTest(t, nil)
 	f := &fleet{t: t, c: c, ep: e.Endpoint, prefix: "/" + c.ns, leaked: map[string]ipam.Handle{}, live: map[string]ipam.Handle{}}
-	st, err := etcd.Open(ctxT(t), etcd.Config{Endpoints: []string{f.ep}, Prefix: f.prefix})
+	st, err := datastore.OpenStore(ctxT(t), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{f.ep}, Prefix: f.prefix}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	f.a = allocator.New(st, nil)
+	f.a = allocator.NewStoreAllocator(st, nil)
 	nodes := []string{c.node("a"), c.node("b"), c.node("c")}
 	pools := []ipam.Pool{
 		{Name: "fo4", CIDR: netip.MustParsePrefix("10.73.0.0/16"), BlockSize: 26, Origin: "config"},
@@ -179,8 +180,8 @@ func joinAddrs(as []netip.Addr) string {
 // each leaked allocation released by exactly one release log line of
 // one replica (except at most unlogged ones that a replica killed with
 // SIGKILL committed but did not live to log: no other replica logged
-// them, and one guarded transaction deleted each), and ipkeeperctl check
-// --kubeconfig clean.
+// them, and one write guarded by the observed record released each), and
+// ipkeeperctl check --kubeconfig clean.
 func (f *fleet) verify(ps []*proc, unlogged int) {
 	t := f.t
 	t.Helper()

@@ -1,8 +1,10 @@
 // Package controller tests ipkeeper-controller end to end: the real
 // binaries (ipkeeper-controller, the ipkeeper plugin, ipkeeperctl) as
-// processes, against a real kube-apiserver with the RBAC of deploy/ (the
-// controller authenticates as its shipped ServiceAccount), and real
-// datastores (a local store in a temp dir; embedded etcd for failover).
+// processes, against a real kube-apiserver with the CRDs and RBAC of
+// deploy/ (the controller authenticates as its shipped ServiceAccount),
+// and real datastores (a local store in a temp dir; embedded etcd for
+// failover; a partition of the API server's CRDs for the kubernetes
+// datastore).
 // With no kubelet, "a pod died with its node" is a delete with grace
 // period 0 and no CNI DEL.
 package controller
@@ -47,7 +49,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(bin)
-	buildErr = cnirun.Build(ctx, root, bin, "./cmd/ipkeeper", "./cmd/ipkeeperctl", "./cmd/ipkeeper-controller")
+	// ipkeeper-kube serves the plugin's configs on the kubernetes
+	// datastore, from the same directory.
+	buildErr = cnirun.Build(ctx, root, bin, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeperctl", "./cmd/ipkeeper-controller")
 	pluginBin, ctlBin, controllerBin = filepath.Join(bin, "ipkeeper"), filepath.Join(bin, "ipkeeperctl"), filepath.Join(bin, "ipkeeper-controller")
 	s, err := kubetest.StartMain()
 	if err != nil && !errors.Is(err, kubetest.ErrNoAPIServer) {

@@ -132,8 +132,8 @@ func TestSandboxRecreated(t *testing.T) {
 
 // TestNodeDeleted: deleting a Node (its pods stay in the API, bound to it,
 // as when nothing garbage-collects them) releases the node's allocations
-// after the grace period, deletes its blocks and affinity records, and
-// leaves the other nodes' alone.
+// after the grace period, frees its blocks with their claims, and leaves
+// the other nodes' alone.
 func TestNodeDeleted(t *testing.T) {
 	s := setup(t)
 	c := newCluster(t, s)
@@ -147,7 +147,7 @@ func TestNodeDeleted(t *testing.T) {
 	}
 	affinities := func() map[string]int {
 		var out map[string]int
-		net.withAllocator(func(a *allocator.Allocator) {
+		net.withAllocator(func(a *allocator.StoreAllocator) {
 			var err error
 			if out, err = a.AffineNodes(ctxT(t)); err != nil {
 				t.Fatal(err)
@@ -157,7 +157,7 @@ func TestNodeDeleted(t *testing.T) {
 	}
 	before := affinities()
 	if before[nodeC] < 4 || before[nodeA] != 2 {
-		t.Fatalf("test setup: affinities %v (want node c in at least two blocks per family)", before)
+		t.Fatalf("test setup: claims per node %v (want node c in at least two blocks per family)", before)
 	}
 	p := startController(t, "controller", net.env(), singleFlags...)
 	p.waitPasses(1)
@@ -166,9 +166,9 @@ func TestNodeDeleted(t *testing.T) {
 	p.waitMetric(time.Minute, "ipkeeper_node_blocks_freed_total", func(v float64) bool { return v == float64(before[nodeC]) })
 	after := affinities()
 	if after[nodeC] != 0 || after[nodeA] != before[nodeA] {
-		t.Fatalf("affinities after node %s was deleted: %v (before %v)", nodeC, after, before)
+		t.Fatalf("claims per node after node %s was deleted: %v (before %v)", nodeC, after, before)
 	}
-	net.withAllocator(func(a *allocator.Allocator) {
+	net.withAllocator(func(a *allocator.StoreAllocator) {
 		bs, err := a.Blocks(ctxT(t), "")
 		if err != nil {
 			t.Fatal(err)
