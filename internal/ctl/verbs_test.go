@@ -381,3 +381,31 @@ func TestGCAdoptsClaims(t *testing.T) {
 		})
 	}
 }
+
+// TestIPReleaseBorrowed: releasing the only address a handle borrowed
+// from another node's block leaves no loan behind (check stays clean), for
+// IPv4 and IPv6.
+func TestIPReleaseBorrowed(t *testing.T) {
+	for _, fam := range []struct{ name, cidr string }{{"IPv4", "10.90.0.0/28"}, {"IPv6", "fd00:90::/124"}} {
+		t.Run(fam.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.ok("pool", "add", "one", "--cidr", fam.cidr)
+			var borrowed string
+			h.store(func(a *allocator.StoreAllocator) {
+				h.allocate(a, ipam.Handle{ID: "net.a.eth0", Node: "node-a"}, []string{"one"})
+				got := h.allocate(a, ipam.Handle{ID: "net.b.eth0", Node: "node-b"}, []string{"one"})
+				borrowed = got.IPs[0].Addr.String()
+				n, err := a.Store().GetNode(t.Context(), "node-b")
+				if err != nil || len(n.Loans) != 1 {
+					t.Fatalf("node-b should borrow from node-a: %+v, %v", n, err)
+				}
+			})
+			h.ok("ip", "release", borrowed, "--force")
+			h.ok("check")
+			var ip ipView
+			if err := json.Unmarshal([]byte(h.ok("ip", "show", borrowed, "-o", "json")), &ip); err != nil || ip.Holdings[0].State != stateFree {
+				t.Fatalf("ip show after release: %+v %v", ip, err)
+			}
+		})
+	}
+}
