@@ -35,7 +35,8 @@ Without a token it refuses to listen there.
 
 The local store is read only when its file changed (checked every second)
 and only for as long as the read takes, so plugin calls are not held up;
-etcd is watched. Ctrl-C stops it.`,
+etcd is watched; the kubernetes datastore is listed every second. Ctrl-C
+stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if token == "" {
