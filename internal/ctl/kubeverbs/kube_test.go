@@ -154,8 +154,9 @@ type leaksOut struct {
 // rm; show --blocks --nodes; ip show; ip release with and without --force
 // and --kubeconfig; block show; leaks and check against the API; gc with
 // the namespaces of the handles' containers as files; check and check
-// --repair after a claim is deleted behind its back; import whereabouts
-// and import calico of the real production state; -o yaml.
+// --repair after a claim is deleted behind its back; leaks --release;
+// import whereabouts and import calico of the real production state;
+// -o yaml.
 func TestVerbsOnKubernetes(t *testing.T) {
 	srv := kubetest.Start(t)
 	ctx := t.Context()
@@ -305,6 +306,33 @@ func TestVerbsOnKubernetes(t *testing.T) {
 	if c, err := st.GetClaim(ctx, c.BlockRef); err != nil || c.Node != "node-a" {
 		t.Fatalf("claim after repair: %+v %v", c, err)
 	}
+
+	// leaks --release releases a leaked allocation (its pod is gone) as it
+	// was read.
+	gone, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.gone2.eth0", Network: "net", ContainerID: "gone2", IfName: "eth0",
+		Node: "node-b", Namespace: "default", Pod: "gone2", PodUID: "uid-gone2"}, Sets: [][]string{{"p4"}, {"p6"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel struct {
+		Leaks []struct {
+			Handle string   `json:"handle"`
+			Result string   `json:"result"`
+			Addrs  []string `json:"addrs"`
+		} `json:"leaks"`
+	}
+	k.json(&rel, "leaks", "--kubeconfig", sa, "--release")
+	if len(rel.Leaks) != 1 || rel.Leaks[0].Handle != gone.ID || rel.Leaks[0].Result != "released" || len(rel.Leaks[0].Addrs) != 2 {
+		t.Fatalf("leaks --release: %+v", rel)
+	}
+	for _, h := range gone.IPs {
+		ip = ipOut{}
+		k.json(&ip, "ip", "show", h.Addr.String())
+		if len(ip.Holdings) != 1 || ip.Holdings[0].State != "free" {
+			t.Fatalf("ip show %s after leaks --release: %+v", h.Addr, ip)
+		}
+	}
+	k.exit(0, "check", "--kubeconfig", sa)
 
 	// Imports of the real production state.
 	k.exit(0, "import", "whereabouts", "--file", testdata+"whereabouts-ippools.yaml", "--file", testdata+"network-attachment-definition.yaml")
