@@ -358,6 +358,18 @@ func TestGCAdoptsClaims(t *testing.T) {
 				}
 			})
 			h.mustExit(ExitProblems, "check")
+			// A claimed block its node does not hold yet is free as a whole.
+			var ip ipView
+			first := netipPrefix(fam.block).Addr().Next()
+			if err := json.Unmarshal([]byte(h.ok("ip", "show", first.String(), "-o", "json")), &ip); err != nil ||
+				ip.Holdings[0].State != stateFree || ip.Holdings[0].BlockNode != "node-a" {
+				t.Fatalf("ip show %s in the claimed block: %+v %v", first, ip, err)
+			}
+			var orphan blocksView
+			if err := json.Unmarshal([]byte(h.ok("block", "show", fam.block, "-o", "json")), &orphan); err != nil ||
+				len(orphan.Blocks) != 1 || orphan.Blocks[0].Node != "node-a" || orphan.Blocks[0].Free != 16 || orphan.Blocks[0].InUse != 0 {
+				t.Fatalf("block show of the claimed block: %+v %v", orphan, err)
+			}
 			var v gcView
 			if err := json.Unmarshal([]byte(h.ok("gc", "--dry-run", "-o", "json")), &v); err != nil || len(v.Adopted) != 0 {
 				t.Fatalf("gc --dry-run: %+v %v", v, err)
