@@ -63,7 +63,9 @@ func Main(about string) {
 		if err == nil {
 			err = handOff(stdin)
 		}
-		if err != nil {
+		if err != nil && os.Getenv("CNI_COMMAND") == "STATUS" {
+			exitWith(out, statusError(err))
+		} else if err != nil {
 			exitWith(out, cniError(err))
 		}
 	}

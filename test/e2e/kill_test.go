@@ -13,49 +13,129 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen"
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
-// TestKill9LocalStore kills ipkeeper processes with SIGKILL at random
-// moments of ADD and DEL on the local store: after every round the store
-// opens, bbolt's own check passes, the invariant checker finds nothing, and
-// every ADD that printed a result is in the store (durable before printed).
-func TestKill9LocalStore(t *testing.T) {
+// killBackend is a datastore the kill test runs on.
+type killBackend struct {
+	name string
+	// ds returns the datastore object of the plugin's config and the
+	// config the test opens to check.
+	ds func(t *testing.T) (map[string]any, config.Datastore)
+	rounds int
+}
+
+// killBackends are local (bbolt), a real etcd and a real kube-apiserver
+// with the CRDs and the node ServiceAccount's RBAC (the plugin hands those
+// configs to ipkeeper-kube).
+var killBackends = []killBackend{
+	{"local", func(t *testing.T) (map[string]any, config.Datastore) {
+		dir := t.TempDir()
+		return map[string]any{"type": "local", "path": dir}, config.Datastore{Type: config.DatastoreLocal, Path: dir}
+	}, 12},
+	{"etcd", func(t *testing.T) (map[string]any, config.Datastore) {
+		srv := etcdtest.ForTest(t, nil)
+		return map[string]any{"type": "etcd", "endpoints": []string{srv.Endpoint}, "prefix": "/kill"},
+			config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/kill",
+				DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
+	}, 8},
+	{"kubernetes", func(t *testing.T) (map[string]any, config.Datastore) {
+		srv := kubetest.Start(t)
+		kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+		return map[string]any{"type": "kubernetes", "kubeconfig": kc, "prefix": "kill"},
+			config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kc, Prefix: "kill",
+				DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
+	}, 5},
+}
+
+// TestKill9 kills ipkeeper processes with SIGKILL at random moments of
+// ADD and DEL, on each datastore, two nodes sharing the store. After every
+// round the runtime's CNI GC runs on each node with the ADDs that printed
+// a result as its valid attachments, as a runtime does after a crash;
+// then the store is consistent (consistency.CheckStore finds nothing:
+// no address with two holders, no orphan claim, no dangling loan), every
+// ADD that printed a result still holds both its addresses (durable before
+// printed), and nothing else is held.
+func TestKill9(t *testing.T) {
 	needIpkeeper(t)
-	dir := t.TempDir()
-	stdin := fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"kill","type":"bridge","ipam":{"type":"ipkeeper",
-		"nodeName":"node-a","datastore":{"type":"local","path":%q},
-		"ranges":[[{"subnet":"10.66.0.0/22"}],[{"subnet":"fd66::/118"}]]}}`, dir)
-	const rounds, perRound = 12, 10
+	needKubeSibling(t)
+	for _, b := range killBackends {
+		t.Run(b.name, func(t *testing.T) { kill9(t, b) })
+	}
+}
+
+func kill9(t *testing.T, b killBackend) {
+	dsJSON, ds := b.ds(t)
+	conf := func(node string) []byte {
+		return mustJSON(t, map[string]any{"cniVersion": "1.1.0", "name": "kill", "type": "bridge",
+			// Blocks of 8 addresses: ADDs claim blocks often, so that kills
+			// land between a claim and the node's write too.
+			"ipam": map[string]any{"type": "ipkeeper", "nodeName": node, "datastore": dsJSON, "blockSize": 29, "ipv6BlockSize": 125,
+				"ranges": []any{[]any{map[string]any{"subnet": "10.66.0.0/22"}}, []any{map[string]any{"subnet": "fd66::/118"}}}}})
+	}
+	nodes := []string{"node-a", "node-b"}
+	const perRound = 10
+	// The kills fall anywhere from the start to past the end of a round
+	// (perRound processes, half of them on one node, where they take
+	// turns at the node lock; timed here from one ADD alone, on this
+	// machine as it is now): some are killed early, some in the middle
+	// of their writes, some finish.
+	// (The first ADD on a new store also creates its pools and claims
+	// its blocks, and a fresh API server serves new CRDs slowly at
+	// first: the second one is timed.)
+	var calib cnirun.Output
+	for _, id := range []string{"warmup", "calibrate"} {
+		if calib = ipamRun(t, "ADD", id, conf("node-a")); calib.ExitCode != 0 {
+			t.Fatalf("ADD without kills failed:\n%v", calib)
+		}
+	}
+	for _, id := range []string{"warmup", "calibrate"} {
+		if out := ipamRun(t, "DEL", id, conf("node-a")); out.ExitCode != 0 {
+			t.Fatalf("DEL without kills failed:\n%v", out)
+		}
+	}
+	maxDelay := perRound * calib.Duration
 	var mu sync.Mutex
-	killed, printed := 0, map[string]bool{}
-	for r := range rounds {
+	killed, finished := 0, 0
+	printed := map[string]string{} // handle ID -> node
+	for r := range b.rounds {
 		var wg sync.WaitGroup
 		for i := range perRound {
 			verb, id := "ADD", fmt.Sprintf("r%02dc%d", r, i)
 			if r > 0 && i%3 == 2 {
 				verb, id = "DEL", fmt.Sprintf("r%02dc%d", r-1, i)
 			}
+			node := nodes[i%2]
 			wg.Go(func() {
 				cmd := exec.Command(ipkeeperBin)
 				cmd.Env = append(os.Environ(), "CNI_COMMAND="+verb, "CNI_CONTAINERID="+id,
 					"CNI_NETNS="+anyNetNS, "CNI_IFNAME=eth0", "CNI_PATH="+toolsDir)
-				cmd.Stdin = bytes.NewReader(stdin)
+				cmd.Stdin = bytes.NewReader(conf(node))
 				var out bytes.Buffer
 				cmd.Stdout = &out
 				if err := cmd.Start(); err != nil {
 					t.Error(err)
 					return
 				}
-				time.Sleep(time.Duration(rand.N(40000)) * time.Microsecond)
+				time.Sleep(time.Duration(rand.N(maxDelay.Microseconds())) * time.Microsecond)
 				sigErr := cmd.Process.Signal(syscall.SIGKILL)
 				werr := cmd.Wait()
 				mu.Lock()
 				defer mu.Unlock()
 				if ee, ok := werr.(*exec.ExitError); ok && sigErr == nil && ee.Sys().(syscall.WaitStatus).Signaled() {
 					killed++
+				} else {
+					finished++
 				}
 				var res struct {
 					IPs []json.RawMessage `json:"ips"`
@@ -64,44 +144,79 @@ func TestKill9LocalStore(t *testing.T) {
 				case verb == "DEL":
 					// Done or killed, the handle may be gone: not checked.
 					delete(printed, "kill."+id+".eth0")
-				case verb == "ADD" && json.Unmarshal(out.Bytes(), &res) == nil && len(res.IPs) == 2:
-					printed["kill."+id+".eth0"] = true
+				case json.Unmarshal(out.Bytes(), &res) == nil && len(res.IPs) == 2:
+					printed["kill."+id+".eth0"] = node
 				}
 			})
 		}
 		wg.Wait()
-		checkLocal(t, dir, printed)
+		for _, node := range nodes {
+			valid := []types.GCAttachment{}
+			for id, n := range printed {
+				if n == node {
+					valid = append(valid, types.GCAttachment{ContainerID: id[len("kill.") : len(id)-len(".eth0")], IfName: "eth0"})
+				}
+			}
+			gc := conf(node)
+			var m map[string]any
+			_ = json.Unmarshal(gc, &m)
+			m["cni.dev/valid-attachments"] = valid
+			if out := ipamRun(t, "GC", "", mustJSON(t, m)); out.ExitCode != 0 {
+				t.Fatalf("round %d: GC on %s failed:\n%v", r, node, out)
+			}
+		}
+		checkAfterKills(t, ds, printed)
 	}
-	t.Logf("%d of %d plugin processes killed mid-run; %d printed ADD results checked durable", killed, rounds*perRound, len(printed))
-	if killed == 0 {
-		t.Fatal("no process was killed mid-run: the test tested nothing")
+	t.Logf("%s: kills within %v (%d × one ADD alone); %d of %d plugin processes killed mid-run, %d finished; %d printed ADD results checked durable",
+		b.name, maxDelay, perRound, killed, b.rounds*perRound, finished, len(printed))
+	if killed == 0 || finished == 0 {
+		t.Fatal("every process was killed, or none: the test tested nothing")
 	}
 }
 
-// checkLocal verifies the local store in dir after a round of kills.
-func checkLocal(t *testing.T, dir string, printed map[string]bool) {
+// checkAfterKills verifies the store after a round of kills and the GCs:
+// bbolt's own check (local), no finding of the consistency checker, every
+// printed ADD holding its two addresses and no other handle left.
+func checkAfterKills(t *testing.T, ds config.Datastore, printed map[string]string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := local.Open(ctx, dir)
+	if ds.Type == config.DatastoreLocal {
+		s, err := local.Open(ctx, ds.Path)
+		if err != nil {
+			t.Fatalf("store does not open after kill -9: %v", err)
+		}
+		err = s.Check(ctx)
+		s.Close()
+		if err != nil {
+			t.Fatalf("bbolt consistency check: %v", err)
+		}
+	}
+	s, err := datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		t.Fatalf("store does not open after kill -9: %v", err)
 	}
 	defer s.Close()
-	if err := s.Check(ctx); err != nil {
-		t.Fatalf("bbolt consistency check: %v", err)
-	}
-	rep, err := consistency.Check(ctx, s)
+	rep, err := consistency.CheckStore(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := rep.Err(); err != nil {
+		t.Fatalf("after kill -9 and GC: %v", err)
+	}
+	a := allocator.NewStoreAllocator(s, nil)
+	for id, node := range printed {
+		if h, ok, err := a.Handle(ctx, node, id); err != nil || !ok || len(h.IPs) != 2 {
+			t.Fatalf("ADD %s printed a result, but the store has %+v (found %v, %v)", id, h, ok, err)
+		}
+	}
+	hs, err := a.Handles(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	a := allocator.New(s, nil)
-	for id := range printed {
-		if h, ok, err := a.Handle(ctx, id); err != nil || !ok || len(h.IPs) != 2 {
-			t.Fatalf("ADD %s printed a result, but the store has %+v (found %v, %v)", id, h, ok, err)
+	for _, h := range hs {
+		if _, ok := printed[h.ID]; !ok {
+			t.Fatalf("handle %s on %s is left after GC, but its ADD printed nothing (or was DELeted)", h.ID, h.Node)
 		}
 	}
 }

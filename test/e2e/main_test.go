@@ -21,6 +21,8 @@ var (
 	// ctlBuildErr are set instead when that failed.
 	ipkeeperBin, ctlBin   string
 	buildErr, ctlBuildErr error
+	// kubeBuildErr is set when ./cmd/ipkeeper-kube did not build.
+	kubeBuildErr error
 	// toolsDir holds the upstream plugins and cnitool.
 	toolsDir string
 )
@@ -46,6 +48,9 @@ func run(m *testing.M) int {
 	if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper"); buildErr == nil {
 		ipkeeperBin = filepath.Join(binDir, "ipkeeper")
 	}
+	// The plugin's sibling for kubernetes configs, where the plugin
+	// looks for it: next to itself.
+	kubeBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper-kube")
 	if ctlBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeperctl"); ctlBuildErr == nil {
 		ctlBin = filepath.Join(binDir, "ipkeeperctl")
 	}
@@ -64,6 +69,14 @@ func needIpkeeper(t *testing.T) {
 	t.Helper()
 	if buildErr != nil {
 		t.Fatalf("building ./cmd/ipkeeper: %v", buildErr)
+	}
+}
+
+// needKubeSibling fails the test when ipkeeper-kube did not build.
+func needKubeSibling(t testing.TB) {
+	t.Helper()
+	if kubeBuildErr != nil {
+		t.Fatalf("building ./cmd/ipkeeper-kube: %v", kubeBuildErr)
 	}
 }
 
