@@ -31,7 +31,7 @@ type killBackend struct {
 	name string
 	// ds returns the datastore object of the plugin's config and the
 	// config the test opens to check.
-	ds func(t *testing.T) (map[string]any, config.Datastore)
+	ds     func(t *testing.T) (map[string]any, config.Datastore)
 	rounds int
 }
 
