@@ -368,6 +368,27 @@ func TestVerbsOnKubernetes(t *testing.T) {
 	if _, errs := k.exit(1, "pool", "rm", "p4"); !strings.Contains(errs, "in use") {
 		t.Fatalf("pool rm of a pool in use: %s", errs)
 	}
+	// An interrupted pool rm (the pool left marked): check reports it,
+	// pool rm --cancel keeps the pool.
+	p4, err := st.GetPool(ctx, "p4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p4.Spec.Deleting = true
+	if _, err := st.UpdatePool(ctx, p4); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := k.exit(2, "check", "--repair"); !strings.Contains(out, "pool-deleting") {
+		t.Fatalf("check of a pool left marked: %s", out)
+	}
+	var kept struct {
+		WasBeingRemoved bool `json:"wasBeingRemoved"`
+	}
+	k.json(&kept, "pool", "rm", "--cancel", "p4")
+	if !kept.WasBeingRemoved {
+		t.Fatalf("pool rm --cancel: %+v", kept)
+	}
+	k.exit(0, "check")
 	k.exit(0, "pool", "rm", "p6")
 	pools.Pools = nil
 	k.json(&pools, "pool", "list")
