@@ -3,12 +3,13 @@
 //
 //  1. -nodes Nodes and -nodes x -pods Pods (bound to their nodes) are
 //     created through client-go, -conc at a time, and every pod gets an
-//     IPv4 address allocated through the allocator in an embedded etcd,
-//     with the pod's namespace, name and UID recorded as the plugin's ADD
-//     records them;
-//  2. the real ipkeeper-controller binary runs as a process on that etcd
-//     (no leader election, -grace, -resync) until its informers have
-//     listed and its first pass has ended;
+//     IPv4 address allocated through the typed store's allocator
+//     (allocator.StoreAllocator) in the -datastore: an embedded etcd, or
+//     the kube-apiserver's CRDs (a partition of its own), with the pod's
+//     namespace, name and UID recorded as the plugin's ADD records them;
+//  2. the real ipkeeper-controller binary runs as a process on that
+//     datastore (no leader election, -grace, -resync) until its informers
+//     have listed and its first pass has ended;
 //  3. -leak of the pods (5% by default, spread over the nodes) are deleted
 //     with grace period 0 and no CNI DEL, and the controller's
 //     ipkeeper_releases_total is followed until every leaked allocation is
@@ -26,7 +27,11 @@
 // The kube-apiserver comes from $IPKEEPER_KUBE_APISERVER or the cache of
 // scripts/kube-apiserver.sh (`make kube-apiserver`).
 //
-//	go run ./test/bench/controller [-nodes 100] [-pods 50] [-leak 0.05] [-grace 10s]
+// A pass reads the whole store (every claim, every node object, every
+// pool: the typed store has no watch), so the pass durations printed are
+// what polling costs at that scale.
+//
+//	go run ./test/bench/controller [-datastore etcd|kubernetes] [-nodes 100] [-pods 50] [-leak 0.05] [-grace 10s]
 package main
 
 import (
@@ -50,13 +55,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
 var (
+	flagDatastore  = flag.String("datastore", "etcd", "the datastore: etcd (embedded) or kubernetes (the kube-apiserver's CRDs)")
 	flagNodes      = flag.Int("nodes", 100, "nodes (the issue's goal scale is 1000)")
 	flagPods       = flag.Int("pods", 50, "pods per node")
 	flagLeak       = flag.Float64("leak", 0.05, "fraction of the pods deleted without DEL")
@@ -76,6 +84,9 @@ func main() {
 	log.SetFlags(0)
 	if *flagNodes <= 0 || *flagPods <= 0 || *flagLeak <= 0 || *flagLeak > 1 || *flagConc <= 0 {
 		log.Fatalf("-nodes %d, -pods %d and -conc %d must be positive and -leak %v in (0, 1]", *flagNodes, *flagPods, *flagConc, *flagLeak)
+	}
+	if *flagDatastore != config.DatastoreEtcd && *flagDatastore != config.DatastoreKubernetes {
+		log.Fatalf("-datastore %q: want etcd or kubernetes", *flagDatastore)
 	}
 	if *flagPods > 62 {
 		log.Fatalf("-pods %d: at most 62 pods per node (one /26 block each)", *flagPods)
@@ -100,33 +111,45 @@ func main() {
 		log.Fatalf("start kube-apiserver (set IPKEEPER_KUBE_APISERVER or run `make kube-apiserver`): %v", err)
 	}
 	defer srv.Stop()
-	ds, err := etcdtest.Start(filepath.Join(tmp, "etcd"), nil)
-	if err != nil {
-		log.Fatalf("start embedded etcd: %v", err)
+	var ds config.Datastore
+	var env []string
+	if *flagDatastore == config.DatastoreEtcd {
+		e, err := etcdtest.Start(filepath.Join(tmp, "etcd"), nil)
+		if err != nil {
+			log.Fatalf("start embedded etcd: %v", err)
+		}
+		defer e.Close()
+		ds = config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{e.Endpoint}, Prefix: "/ipkeeper"}
+		env = []string{"IPKEEPER_DATASTORE=etcd", "IPKEEPER_ETCD_ENDPOINTS=" + e.Endpoint, "IPKEEPER_ETCD_PREFIX=/ipkeeper"}
+		fmt.Printf("kube-apiserver at %s and the datastore's embedded etcd at %s up in %v\n", srv.URL, e.Endpoint, time.Since(t0).Round(time.Millisecond))
+	} else {
+		ds = config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: srv.AdminKubeconfig, Prefix: "bench"}
+		env = []string{"IPKEEPER_DATASTORE=kubernetes", "IPKEEPER_DATASTORE_PREFIX=bench"} // the controller's --kubeconfig
+		fmt.Printf("kube-apiserver at %s, also the datastore (partition bench), up in %v\n", srv.URL, time.Since(t0).Round(time.Millisecond))
 	}
-	defer ds.Close()
-	fmt.Printf("kube-apiserver at %s and the datastore's embedded etcd at %s up in %v\n", srv.URL, ds.Endpoint, time.Since(t0).Round(time.Millisecond))
 
 	total := *flagNodes * *flagPods
 	fmt.Printf("scale: %d nodes x %d pods = %d pods and allocations; %.1f%% deleted without DEL; leak grace %v, resync %v\n",
 		*flagNodes, *flagPods, total, 100**flagLeak, *flagGrace, *flagResync)
 
-	st, err := etcd.Open(ctx, etcd.Config{Endpoints: []string{ds.Endpoint}, Prefix: "/ipkeeper"})
+	st, err := datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	pods := fill(ctx, srv.Client, allocator.New(st, nil))
+	pods := fill(ctx, srv.Client, allocator.NewStoreAllocator(st, nil))
 
-	c := startController(ctx, bin, tmp, srv.AdminKubeconfig, ds.Endpoint)
+	c := startController(ctx, bin, tmp, srv.AdminKubeconfig, env)
 	defer c.stop()
 	t1 := time.Now()
 	c.waitReady(ctx, 5*time.Minute)
 	c.waitValue(ctx, 5*time.Minute, "ipkeeper_reconcile_duration_seconds_count", func(v float64) bool { return v >= 1 })
 	startCPU := c.cpu()
 	startReq := c.requests()
+	firstPass := time.Duration(c.value("ipkeeper_reconcile_duration_seconds_sum") * float64(time.Second))
 	fmt.Printf("\ncontroller (pid %d) ready and first pass over %d handles done %v after its start; CPU %v\n",
 		c.cmd.Process.Pid, total, time.Since(t1).Round(time.Millisecond), startCPU.Round(time.Millisecond))
+	fmt.Printf("first pass (one read of every claim, node object and pool; nothing to release): %v\n", firstPass.Round(time.Millisecond))
 
 	// The leaked pods: every 1/leak-th pod, spread over every node.
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -145,7 +168,7 @@ func main() {
 	cpu1, req1 := c.cpu(), c.requests()
 	hwm, rss := c.memory()
 
-	left, err := allocator.New(st, nil).Handles(ctx)
+	left, err := allocator.NewStoreAllocator(st, nil).Handles(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -159,6 +182,15 @@ func main() {
 		c.value("ipkeeper_reconcile_duration_seconds_count"), c.value("ipkeeper_reconcile_duration_seconds_sum"), c.lastPass())
 	fmt.Printf("  release skips   changed %.0f, error %.0f\n",
 		c.value(`ipkeeper_release_skips_total{why="changed"}`), c.value(`ipkeeper_release_skips_total{why="error"}`))
+
+	// Passes with nothing to release: what polling the whole store costs
+	// per resync period at this scale.
+	n0, s0 := c.value("ipkeeper_reconcile_duration_seconds_count"), c.value("ipkeeper_reconcile_duration_seconds_sum")
+	const idle = 3
+	c.waitValue(ctx, idle*(*flagResync)+time.Minute, "ipkeeper_reconcile_duration_seconds_count", func(v float64) bool { return v >= n0+idle })
+	n1, s1 := c.value("ipkeeper_reconcile_duration_seconds_count"), c.value("ipkeeper_reconcile_duration_seconds_sum")
+	fmt.Printf("  idle passes     %8.0f after the reclaim, %v each on average (a read of the whole store every -resync %v)\n",
+		n1-n0, time.Duration((s1-s0)/(n1-n0)*float64(time.Second)).Round(time.Millisecond), *flagResync)
 
 	fmt.Printf("\nKubernetes API requests of the controller (verb resource: until ready+first pass / during the reclaim / all)\n")
 	keys := map[string]bool{}
@@ -183,7 +215,7 @@ func main() {
 
 // fill creates the nodes and pods and allocates one address per pod; it
 // returns the pods' names, node by node.
-func fill(ctx context.Context, client kubernetes.Interface, a *allocator.Allocator) []string {
+func fill(ctx context.Context, client kubernetes.Interface, a *allocator.StoreAllocator) []string {
 	t0 := time.Now()
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		log.Fatal(err)
@@ -238,7 +270,7 @@ func fill(ctx context.Context, client kubernetes.Interface, a *allocator.Allocat
 		}
 		return nil
 	})
-	fmt.Printf("allocated %d addresses through the allocator into etcd in %v (%.0f/s)\n", total, time.Since(t1).Round(time.Millisecond),
+	fmt.Printf("allocated %d addresses through the allocator into %s in %v (%.0f/s)\n", total, *flagDatastore, time.Since(t1).Round(time.Millisecond),
 		float64(total)/time.Since(t1).Seconds())
 	return names
 }

@@ -26,10 +26,10 @@ type controller struct {
 	exited  chan struct{}
 }
 
-// startController runs the binary on the etcd at endpoint with the
-// admin's kubeconfig, no leader election and the bench's grace and
-// resync; its log goes to a file in dir.
-func startController(ctx context.Context, bin, dir, kubeconfig, endpoint string) *controller {
+// startController runs the binary on the datastore env names (IPKEEPER_*
+// variables) with the admin's kubeconfig, no leader election and the
+// bench's grace and resync; its log goes to a file in dir.
+func startController(ctx context.Context, bin, dir, kubeconfig string, env []string) *controller {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -46,7 +46,7 @@ func startController(ctx context.Context, bin, dir, kubeconfig, endpoint string)
 		log.Fatal(err)
 	}
 	c.cmd = exec.CommandContext(ctx, bin, args...)
-	c.cmd.Env = []string{"PATH=/usr/bin:/bin", "IPKEEPER_DATASTORE=etcd", "IPKEEPER_ETCD_ENDPOINTS=" + endpoint, "IPKEEPER_ETCD_PREFIX=/ipkeeper"}
+	c.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	c.cmd.Stderr = c.logFile
 	if err := c.cmd.Start(); err != nil {
 		log.Fatal(err)
