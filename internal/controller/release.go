@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -103,7 +104,13 @@ func (c *Controller) freeNode(ctx context.Context, a *allocator.StoreAllocator, 
 		c.log.Info("dropped claim of deleted node whose block its object did not hold", "node", node, "pool", b.Pool, "block", b.Block.String())
 	}
 	if len(res.Kept) > 0 {
-		c.log.Info("blocks of deleted node kept until their addresses are released", "node", node, "blocks", len(res.Kept))
+		level := slog.LevelInfo
+		if node == store.UnaffineNode {
+			// Imported blocks of no node: kept for as long as their
+			// pods live, and looked at on every pass.
+			level = slog.LevelDebug
+		}
+		c.log.Log(ctx, level, "blocks of deleted node kept until their addresses are released", "node", node, "blocks", len(res.Kept))
 	}
 	if err != nil {
 		c.log.Error("freeing the blocks of a deleted node failed", "node", node, "err", err)
