@@ -20,15 +20,22 @@ const (
 	kubeconfigPlaceholder = "__KUBECONFIG_FILEPATH__"
 )
 
-// installPlugin copies the plugin binary into the CNI bin dir (0755).
+// KubeSibling is the name the plugin looks for next to itself to serve
+// configs whose datastore is the Kubernetes API (plugin.KubeBinary).
+const KubeSibling = "ipkeeper-kube"
+
+// installPlugin copies the plugin binary and its sibling KubeSibling into
+// the CNI bin dir (0755), the sibling first: a plugin that can be run
+// finds it there.
 func installPlugin(o Options, log *slog.Logger) error {
-	name := filepath.Base(o.plugin)
-	changed, err := copyAtomic(o.plugin, o.cniBinDir, name, 0o755)
-	if err != nil {
-		return fmt.Errorf("install plugin %s into %s: %w", o.plugin, o.cniBinDir, err)
-	}
-	if changed {
-		log.Info("plugin installed", "path", filepath.Join(o.cniBinDir, name))
+	for _, b := range []struct{ src, name string }{{o.pluginKube, KubeSibling}, {o.plugin, filepath.Base(o.plugin)}} {
+		changed, err := copyAtomic(b.src, o.cniBinDir, b.name, 0o755)
+		if err != nil {
+			return fmt.Errorf("install %s into %s as %s: %w", b.src, o.cniBinDir, b.name, err)
+		}
+		if changed {
+			log.Info("plugin installed", "path", filepath.Join(o.cniBinDir, b.name))
+		}
 	}
 	return nil
 }
@@ -206,11 +213,11 @@ func syncTLS(o Options, log *slog.Logger) error {
 	return nil
 }
 
-// uninstall removes what install writes: the plugin, the config list, the
+// uninstall removes what install writes: the plugin and its sibling, the config list, the
 // kubeconfig and the TLS directory. Pods still attached through ipkeeper
 // need the plugin for their DEL, so this runs only when they are gone.
 func uninstall(o Options, log *slog.Logger) error {
-	paths := []string{filepath.Join(o.cniBinDir, filepath.Base(o.plugin))}
+	paths := []string{filepath.Join(o.cniBinDir, filepath.Base(o.plugin)), filepath.Join(o.cniBinDir, KubeSibling)}
 	if o.conflistName != "" {
 		paths = append(paths, filepath.Join(o.cniConfDir, o.conflistName))
 	}

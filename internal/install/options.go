@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,6 +35,10 @@ type Options struct {
 	cniBinDir, cniConfDir, hostConfDir string
 	// plugin is the plugin binary to install into cniBinDir.
 	plugin string
+	// pluginKube is the plugin's sibling for kubernetes datastores,
+	// installed beside it as KubeSibling (default: KubeSibling next to
+	// plugin).
+	pluginKube string
 	// conflist is the CNI config list to install ("" installs none),
 	// under conflistName (default: its base name).
 	conflist, conflistName string
@@ -70,6 +75,7 @@ func ParseFlags(args []string, getenv func(string) string) (Options, error) {
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", "/host/etc/cni/net.d", "the host's CNI config dir as mounted here")
 	fs.StringVar(&o.hostConfDir, "host-cni-conf-dir", "/etc/cni/net.d", "the CNI config dir's path on the host")
 	fs.StringVar(&o.plugin, "plugin", "/usr/local/bin/ipkeeper", "plugin binary to install")
+	fs.StringVar(&o.pluginKube, "plugin-kube", "", "the plugin's sibling for kubernetes datastores, installed beside it as "+KubeSibling+" (default: "+KubeSibling+" next to --plugin)")
 	fs.StringVar(&o.conflist, "conflist", "", "CNI config list to install (\"\" installs none)")
 	fs.StringVar(&o.conflistName, "conflist-name", "", "file name of the installed config list (default: the base name of --conflist)")
 	fs.StringVar(&o.kubeconfigName, "kubeconfig-name", "ipkeeper-kubeconfig", "file name of the plugin's kubeconfig in the CNI config dir (\"\" writes none)")
@@ -91,6 +97,9 @@ func ParseFlags(args []string, getenv func(string) string) (Options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.pluginKube == "" {
+		o.pluginKube = filepath.Join(filepath.Dir(o.plugin), KubeSibling)
 	}
 	if o.nodeName == "" {
 		o.nodeName = getenv("NODE_NAME")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -22,12 +23,15 @@ import (
 )
 
 // imageBinaries are the image's commands: what the manifests' containers
-// run, the plugin the installer copies (--plugin) and ipkeeperctl, which
-// the README runs from the image for `ipkeeperctl import`.
-var imageBinaries = []string{"ipkeeper", "ipkeeper-agent", "ipkeeper-controller", "ipkeeper-install", "ipkeeperctl"}
+// run, the plugin the installer copies (--plugin) with its sibling for
+// kubernetes datastores, and ipkeeperctl, which the README runs from the
+// image for `ipkeeperctl import`.
+var imageBinaries = []string{"ipkeeper", "ipkeeper-agent", "ipkeeper-controller", "ipkeeper-install", "ipkeeper-kube", "ipkeeperctl"}
 
 // manifestPaths returns every image path the manifests execute or copy:
-// each container's command[0] and the installer's --plugin.
+// each container's command[0], the installer's --plugin and the sibling
+// it installs beside it (--plugin-kube, default ipkeeper-kube next to
+// --plugin).
 func manifestPaths(t *testing.T) []string {
 	t.Helper()
 	var ds appsv1.DaemonSet
@@ -45,7 +49,11 @@ func manifestPaths(t *testing.T) []string {
 	if !ok {
 		t.Fatal("the DaemonSet does not name the plugin it installs (--plugin)")
 	}
-	return append(paths, plugin)
+	kube, ok := flagValue(ds.Spec.Template.Spec.Containers[0].Args, "plugin-kube")
+	if !ok {
+		kube = path.Join(path.Dir(plugin), "ipkeeper-kube")
+	}
+	return append(paths, plugin, kube)
 }
 
 // buildImage builds the static binaries into a directory and runs

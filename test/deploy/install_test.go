@@ -48,6 +48,7 @@ type host struct {
 	conflist      string // the ConfigMap's file
 	tlsDir        string // the Secret's mount
 	plugin        string // the plugin to install
+	kube          string // its sibling for kubernetes datastores
 	installer     string
 	serviceHost   string
 	servicePort   string
@@ -67,6 +68,7 @@ func newHost(t *testing.T, s *kubetest.Server) *host {
 		conflist:  filepath.Join(d, "config", "x.conflist"),
 		tlsDir:    filepath.Join(d, "tls"),
 		plugin:    static(t, "cmd/ipkeeper"),
+		kube:      static(t, "cmd/ipkeeper-kube"), // beside plugin: the installer's default
 		installer: static(t, "cmd/ipkeeper-install"),
 	}
 	for _, dir := range []string{h.bin, h.conf, filepath.Dir(h.tokenFile), filepath.Dir(h.conflist), h.tlsDir} {
@@ -172,12 +174,23 @@ func TestInstallerInstalls(t *testing.T) {
 	if !sameFile(t, installed, h.plugin) {
 		t.Error("installed plugin differs from the image's")
 	}
-	cmd := exec.Command(installed)
-	cmd.Env = []string{"CNI_COMMAND=VERSION"}
-	cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
-	ver, err := cmd.Output()
-	if err != nil || !bytes.Contains(ver, []byte("supportedVersions")) {
-		t.Fatalf("installed plugin VERSION: %v %s", err, ver)
+	// The plugin hands kubernetes configs to its sibling, which it looks
+	// for next to itself.
+	sibling := filepath.Join(h.bin, "ipkeeper-kube")
+	if m := mode(t, sibling); m.Perm() != 0o755 || !m.IsRegular() {
+		t.Errorf("installed ipkeeper-kube mode %v, want -rwxr-xr-x", m)
+	}
+	if !sameFile(t, sibling, h.kube) {
+		t.Error("installed ipkeeper-kube differs from the image's")
+	}
+	for _, bin := range []string{installed, sibling} {
+		cmd := exec.Command(bin)
+		cmd.Env = []string{"CNI_COMMAND=VERSION"}
+		cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+		ver, err := cmd.Output()
+		if err != nil || !bytes.Contains(ver, []byte("supportedVersions")) {
+			t.Fatalf("installed %s VERSION: %v %s", bin, err, ver)
+		}
 	}
 
 	_, want := shippedConflist(t)
@@ -215,7 +228,7 @@ func TestInstallerInstalls(t *testing.T) {
 	// Uninstall removes exactly what was installed.
 	h.extraEnv = []string{"IPKEEPER_INSTALL_UNINSTALL=true"}
 	h.runOnce(t)
-	for _, p := range []string{installed, filepath.Join(h.conf, h.conflistName), h.kubeconfigOut, filepath.Join(h.conf, "ipkeeper-tls")} {
+	for _, p := range []string{installed, sibling, filepath.Join(h.conf, h.conflistName), h.kubeconfigOut, filepath.Join(h.conf, "ipkeeper-tls")} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s after uninstall: %v, want gone", p, err)
 		}

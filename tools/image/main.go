@@ -40,7 +40,7 @@ import (
 )
 
 // Binaries are the commands the image holds, by package directory name.
-var Binaries = []string{"ipkeeper", "ipkeeperctl", "ipkeeper-controller", "ipkeeper-install", "ipkeeper-agent"}
+var Binaries = []string{"ipkeeper", "ipkeeper-kube", "ipkeeperctl", "ipkeeper-controller", "ipkeeper-install", "ipkeeper-agent"}
 
 // Image layout facts the manifests in deploy/ rely on.
 const (
