@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
@@ -103,6 +104,7 @@ func (a *StoreAllocator) ReleaseAddrHeldBy(ctx context.Context, poolName string,
 
 func (a *StoreAllocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool, error), addr netip.Addr, holder string) (ipam.Handle, error) {
 	var owner ipam.Handle
+	var lender string
 	err := a.retry(ctx, "release "+addr.String(), func() error {
 		pool, err := findPool()
 		if err != nil {
@@ -137,9 +139,43 @@ func (a *StoreAllocator) releaseAddr(ctx context.Context, findPool func() (ipam.
 			return err
 		}
 		owner = rec
+		lender = c.Node
 		return nil
 	})
-	return owner, err
+	if err != nil || owner.Node == "" || owner.Node == lender || store.ValidName("node", owner.Node) != nil {
+		return owner, err // the holder's own block (or no node): no loan
+	}
+	// A borrowed address: as a DEL drops its loan after the lender's
+	// record, the holder's loan goes once the lender holds nothing more
+	// of the handle, so that no loan without a record is left behind.
+	return owner, a.dropLoanOf(ctx, owner.Node, owner.ID, lender)
+}
+
+// dropLoanOf drops node's loan of handle id from lender once the lender's
+// object holds no record of it for node.
+func (a *StoreAllocator) dropLoanOf(ctx context.Context, node, id, lender string) error {
+	defer a.lockNode(node)()
+	return a.retry(ctx, "drop the loan of "+id+" from "+lender, func() error {
+		ln, err := a.store.GetNode(ctx, lender)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return storeErr(err)
+		}
+		if r, ok := ln.Handle(id); ok && r.Node == node {
+			return nil // it still holds an address there
+		}
+		own, err := a.readNode(ctx, node)
+		if err != nil {
+			return err
+		}
+		loan := store.Loan{Handle: id, Lender: lender}
+		if !slices.Contains(own.Loans, loan) {
+			return nil
+		}
+		next := nodealloc.Clone(own)
+		next.Loans = slices.DeleteFunc(next.Loans, func(l store.Loan) bool { return l == loan })
+		_, err = a.writeNode(ctx, next)
+		return err
+	})
 }
 
 // ReleaseHandles releases every handle for which drop returns true and

@@ -253,7 +253,7 @@ that exists, and the allocation is not an older sandbox of it (see
 				if live && !force {
 					return fmt.Errorf("refusing to release %s: %s; use --force to release it anyway", addr, why)
 				}
-				owner, err := a.ReleaseOneAddr(cmd.Context(), h.Pool, addr, h.HandleID)
+				owner, err := a.ReleaseAddrHeldBy(cmd.Context(), h.Pool, addr, h.HandleID)
 				if errors.Is(err, allocator.ErrHolderChanged) || errors.Is(err, store.ErrConflict) {
 					return fmt.Errorf("%s changed hands while releasing it, nothing released: run the command again: %w", addr, err)
 				}

@@ -11,11 +11,11 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// ReleaseOneAddr of a borrowed address drops the borrower's loan once the
+// ReleaseAddrHeldBy of a borrowed address drops the borrower's loan once the
 // lender holds nothing more of the handle, and keeps it while it does;
 // the store then checks clean. A holder that changed is refused, nothing
 // written. IPv4 and IPv6 side by side.
-func TestReleaseOneAddrBorrowed(t *testing.T) {
+func TestReleaseAddrHeldByBorrowed(t *testing.T) {
 	for _, fam := range []struct {
 		name string
 		pool ipam.Pool
@@ -51,11 +51,11 @@ func TestReleaseOneAddrBorrowed(t *testing.T) {
 				if loans() != 2 {
 					t.Fatalf("node-b should hold two loans")
 				}
-				if _, err := a.ReleaseOneAddr(ctx, fam.pool.Name, b1.IPs[0].Addr, "net.other.eth0"); !errors.Is(err, allocator.ErrHolderChanged) {
+				if _, err := a.ReleaseAddrHeldBy(ctx, fam.pool.Name, b1.IPs[0].Addr, "net.other.eth0"); !errors.Is(err, allocator.ErrHolderChanged) {
 					t.Fatalf("release naming another holder: %v, want ErrHolderChanged", err)
 				}
 				// The first of b1's two borrowed addresses: the loan stays.
-				owner, err := a.ReleaseOneAddr(ctx, fam.pool.Name, b1.IPs[0].Addr, b1.ID)
+				owner, err := a.ReleaseAddrHeldBy(ctx, fam.pool.Name, b1.IPs[0].Addr, b1.ID)
 				if err != nil || owner.ID != b1.ID || owner.Node != "node-b" {
 					t.Fatalf("release: %+v, %v", owner, err)
 				}
@@ -63,7 +63,7 @@ func TestReleaseOneAddrBorrowed(t *testing.T) {
 					t.Fatalf("the loan of %s went while node-a still holds an address of it", b1.ID)
 				}
 				// The last one: the loan goes with it.
-				if _, err := a.ReleaseOneAddr(ctx, fam.pool.Name, b1.IPs[1].Addr, b1.ID); err != nil {
+				if _, err := a.ReleaseAddrHeldBy(ctx, fam.pool.Name, b1.IPs[1].Addr, b1.ID); err != nil {
 					t.Fatal(err)
 				}
 				if loans() != 1 {
