@@ -12,20 +12,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// checkStore runs the invariant checker over prefix in etcd and returns
-// the report; any violated invariant fails the test.
+// openStore opens the typed store under prefix in etcd as ipkeeperctl
+// does (datastore.OpenStore, shared); it is closed when the test ends.
+func openStore(t *testing.T, endpoints []string, prefix string) store.Store {
+	t.Helper()
+	s, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// checkStore runs the invariant checker over the typed store under prefix
+// in etcd and returns the report; any violated invariant fails the test.
 func checkStore(t *testing.T, endpoints []string, prefix string) consistency.Report {
 	t.Helper()
-	s, err := etcd.Open(t.Context(), etcd.Config{Endpoints: endpoints, Prefix: prefix})
+	s, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rep, err := consistency.Check(t.Context(), s)
+	rep, err := consistency.CheckStore(t.Context(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,16 +74,23 @@ func TestPluginAddDel(t *testing.T) {
 		}
 	}
 	// Another node, same cluster: distinct addresses from its own block.
-	b1, err := runPlugin(ctx, t, "ADD", "c3", netconf("net1", "node-b", prefix, eps, ""), t.TempDir())
+	confB, lockB := netconf("net1", "node-b", prefix, eps, ""), t.TempDir()
+	b1, err := runPlugin(ctx, t, "ADD", "c3", confB, lockB)
 	if err != nil || b1.Code != 0 || slices.Contains(a1.IPs, b1.IPs[0]) || slices.Contains(a2.IPs, b1.IPs[0]) {
 		t.Fatalf("ADD c3 on node-b: %v %+v", err, b1)
 	}
 	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 3 || rep.Counts.Allocated != 6 {
 		t.Fatalf("after 3 ADDs: %d handles, %d addresses", rep.Counts.Handles, rep.Counts.Allocated)
 	}
-	for _, c := range []string{"c1", "c1", "c2", "c3"} {
-		if o, err := runPlugin(ctx, t, "DEL", c, conf, lock); err != nil || o.Code != 0 {
-			t.Fatalf("DEL %s: %v %+v", c, err, o)
+	// Each DEL comes from the node the container ran on, as the runtime
+	// sends it (its node's object holds the handle).
+	for _, c := range []struct {
+		id   string
+		conf []byte
+		lock string
+	}{{"c1", conf, lock}, {"c1", conf, lock}, {"c2", conf, lock}, {"c3", confB, lockB}} {
+		if o, err := runPlugin(ctx, t, "DEL", c.id, c.conf, c.lock); err != nil || o.Code != 0 {
+			t.Fatalf("DEL %s: %v %+v", c.id, err, o)
 		}
 	}
 	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 0 || rep.Counts.Allocated != 0 {
