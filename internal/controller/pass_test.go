@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // family is one address family's pools for the pass tests.
@@ -204,6 +206,9 @@ func testPassRules(t *testing.T, backend string, f family) {
 			if b.Node == nodeB {
 				t.Errorf("block %s of deleted node %s kept", b.CIDR, nodeB)
 			}
+		}
+		if n, err := a.Store().GetNode(ctx, nodeB); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the object of deleted node %s is left: %+v, %v", nodeB, n, err)
 		}
 		rep, err := consistency.CheckStore(ctx, a.Store())
 		if err != nil || len(rep.Problems) > 0 {
