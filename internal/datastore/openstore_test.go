@@ -20,6 +20,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
 )
 
 var (
@@ -89,13 +90,13 @@ var typedBackends = []typedBackend{
 	}},
 }
 
-// oldHandle is what today's allocator gave one attachment.
+// oldHandle is what the first-layout allocator (firstlayout) gave one attachment.
 type oldHandle struct {
 	node string
 	ips  []ipam.HandleIP
 }
 
-// writeFirstLayout writes ds through today's kv opening and allocator:
+// writeFirstLayout writes ds through the kv opening and the first-layout allocator (firstlayout):
 // dual-stack handles on two nodes, a single-stack and a dual-stack handle
 // holding an address borrowed from another node's block, and a released
 // one. It returns the live handles by ID.
@@ -107,7 +108,7 @@ func writeFirstLayout(t *testing.T, ds config.Datastore) map[string]oldHandle {
 		t.Fatal(err)
 	}
 	defer kvs.Close()
-	a := allocator.New(kvs, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	a := firstlayout.New(kvs, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	for _, p := range []ipam.Pool{osV4, osV6, osTiny} {
 		if _, err := a.EnsurePool(ctx, p); err != nil {
 			t.Fatal(err)
@@ -117,7 +118,7 @@ func writeFirstLayout(t *testing.T, ds config.Datastore) map[string]oldHandle {
 	alloc := func(node, container string, sets ...[]string) {
 		t.Helper()
 		id := ipam.HandleID("net", container, "eth0")
-		h, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: id, Network: "net", ContainerID: container,
+		h, err := a.Allocate(ctx, firstlayout.Request{Handle: ipam.Handle{ID: id, Network: "net", ContainerID: container,
 			IfName: "eth0", Node: node, Namespace: "default", Pod: "pod-" + container}, Sets: sets})
 		if err != nil {
 			t.Fatalf("Allocate %s on %s: %v", container, node, err)
@@ -172,7 +173,7 @@ func sameIPs(x, y []ipam.HandleIP) bool {
 	return slices.Equal(addrs(x), addrs(y))
 }
 
-// A store written by today's allocator is migrated by the first
+// A store written by the first-layout allocator (firstlayout) is migrated by the first
 // OpenStore: the v2 allocator finds every handle, borrowed addresses
 // included; a second OpenStore changes nothing (every key at the same
 // version) and costs one Get.

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
 )
 
 // The benchmarks' pools: the allocator's blocks and the node objects' are
@@ -93,7 +93,7 @@ func (l latencies) report(b *testing.B) {
 
 // BenchmarkAddEtcd measures a dual-stack ADD on the embedded etcd on a node
 // that holds 30 or 110 dual-stack pods: as the typed store's one
-// UpdateNode of the node object (v2), and as today's allocator's
+// UpdateNode of the node object (v2), and as the first-layout allocator's
 // Allocate with its warm hint files (v1: 0 reads, 1 transaction), in the
 // same run. Only the ADD is timed; the DEL that keeps the node's size
 // steady is not.
@@ -151,14 +151,14 @@ func BenchmarkAddEtcd(b *testing.B) {
 			cs := &counting{Store: openEtcd(b)}
 			defer cs.Close()
 			a := newAllocator(b, cs)
-			a.SetHints(allocator.FileHints{Dir: hintDir(b)})
+			a.SetHints(firstlayout.FileHints{Dir: hintDir(b)})
 			for _, p := range []ipam.Pool{bench4, bench6} {
 				if _, err := a.EnsurePool(ctx, p); err != nil {
 					b.Fatal(err)
 				}
 			}
-			req := func(id string) allocator.Request {
-				return allocator.Request{Handle: benchHandle("node-a", id), Sets: [][]string{{"b4"}, {"b6"}}}
+			req := func(id string) firstlayout.Request {
+				return firstlayout.Request{Handle: benchHandle("node-a", id), Sets: [][]string{{"b4"}, {"b6"}}}
 			}
 			for i := range pods {
 				if _, err := a.Allocate(ctx, req(fmt.Sprintf("resident-%03d", i))); err != nil {

@@ -17,9 +17,10 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
 )
 
-// oldAlloc is one allocation by today's allocator (a plugin of the
+// oldAlloc is one allocation by the first-layout allocator (a plugin of the
 // earlier version).
 type oldAlloc struct {
 	node, container string
@@ -29,11 +30,11 @@ type oldAlloc struct {
 func (o oldAlloc) id() string { return ipam.HandleID("net", o.container, "eth0") }
 
 // allocOld allocates a dual-stack address pair for container on node
-// through today's allocator a.
-func allocOld(a *allocator.Allocator, t *testing.T, node, container string) (oldAlloc, error) {
+// through the first-layout allocator a.
+func allocOld(a *firstlayout.Allocator, t *testing.T, node, container string) (oldAlloc, error) {
 	h := benchHandle(node, container)
 	h.Network, h.ID = "net", ipam.HandleID("net", container, "eth0")
-	got, err := a.Allocate(t.Context(), allocator.Request{Handle: h, Sets: [][]string{{migV4.Name}, {migV6.Name}}})
+	got, err := a.Allocate(t.Context(), firstlayout.Request{Handle: h, Sets: [][]string{{migV4.Name}, {migV6.Name}}})
 	return oldAlloc{node: node, container: container, ips: got.IPs}, err
 }
 
@@ -48,7 +49,7 @@ func isFence(ops []kv.Op) bool {
 // typed objects afterwards, every one attempted after the fence
 // committed fails with allocator.ErrNoPool, a release before Migrate's
 // last read (one between its read and its re-read makes it start over)
-// leaves no trace in the typed objects, and today's releases after the
+// leaves no trace in the typed objects, and the first-layout releases after the
 // migration change no typed key.
 func TestMigrateFencesTodaysAllocator(t *testing.T) {
 	const workers, perWorker = 4, 12 // bounded: at most 48 racing allocations
@@ -71,14 +72,14 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 			succeed := func(o oldAlloc, err error) {
 				t.Helper()
 				if err != nil {
-					t.Errorf("today's Allocate of %s before the fence: %v", o.container, err)
+					t.Errorf("the first-layout Allocate of %s before the fence: %v", o.container, err)
 					return
 				}
 				mu.Lock()
 				live[o.id()] = o
 				mu.Unlock()
 			}
-			release := func(a *allocator.Allocator, id string) {
+			release := func(a *firstlayout.Allocator, id string) {
 				t.Helper()
 				mu.Lock()
 				o := live[id]
@@ -86,13 +87,13 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 				released = append(released, o)
 				mu.Unlock()
 				if freed, err := a.Release(ctx, id); err != nil || len(freed) != 2 {
-					t.Errorf("today's Release of %s during Migrate: %v, %v", id, freed, err)
+					t.Errorf("the first-layout Release of %s during Migrate: %v, %v", id, freed, err)
 				}
 			}
 			refused := func(what string, _ oldAlloc, err error) {
 				t.Helper()
 				if !errors.Is(err, allocator.ErrNoPool) {
-					t.Errorf("today's Allocate %s: %v, want ErrNoPool", what, err)
+					t.Errorf("the first-layout Allocate %s: %v, want ErrNoPool", what, err)
 				}
 			}
 			for i := range 4 {
@@ -148,11 +149,11 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 						}
 						switch {
 						case err == nil && after:
-							t.Errorf("today's Allocate of %s succeeded after the fence: %v", o.container, o.ips)
+							t.Errorf("the first-layout Allocate of %s succeeded after the fence: %v", o.container, o.ips)
 						case err == nil:
 							succeed(o, nil)
 						case !errors.Is(err, allocator.ErrNoPool):
-							t.Errorf("today's Allocate of %s: %v, want success or ErrNoPool", o.container, err)
+							t.Errorf("the first-layout Allocate of %s: %v, want success or ErrNoPool", o.container, err)
 						}
 					}
 				})
@@ -193,7 +194,7 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 				t.Errorf("%d handle records in the typed store, %d live first-layout allocations", records, len(live))
 			}
 
-			// After the migration: today's allocator (with its hints) is
+			// After the migration: the first-layout allocator (with its hints) is
 			// refused, and its releases leave every typed key alone.
 			o, err := allocOld(setup, t, "node-a", "late")
 			refused("after Migrate", o, err)
@@ -209,19 +210,19 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 			before := typed()
 			for id := range live {
 				if freed, err := setup.Release(ctx, id); err != nil || len(freed) != 0 {
-					t.Errorf("today's Release of %s after Migrate: %v, %v; want nothing freed", id, freed, err)
+					t.Errorf("the first-layout Release of %s after Migrate: %v, %v; want nothing freed", id, freed, err)
 				}
 			}
 			if after := typed(); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
-				t.Error("today's releases after the migration changed typed keys")
+				t.Error("the first-layout releases after the migration changed typed keys")
 			}
 		})
 	}
 }
 
-// A first-layout pool an import created, which today's allocator lets a
+// A first-layout pool an import created, which the first-layout allocator lets a
 // config redefine (clearing the mark with the new definition), stays
-// fenced: an ADD of today's plugin whose config defines it otherwise is
+// fenced: an ADD of the previous version's plugin whose config defines it otherwise is
 // refused, and the key stays marked; the typed copy keeps the import's
 // definition as it was.
 func TestMigrateFencesImportedPool(t *testing.T) {
@@ -243,9 +244,9 @@ func TestMigrateFencesImportedPool(t *testing.T) {
 			config := migV4 // with a gateway: another definition
 			config.Origin = "config"
 			h := benchHandle("node-a", "c1")
-			_, err := a.Allocate(ctx, allocator.Request{Handle: h, Sets: [][]string{{migV4.Name}}, Define: []ipam.Pool{config}})
+			_, err := a.Allocate(ctx, firstlayout.Request{Handle: h, Sets: [][]string{{migV4.Name}}, Define: []ipam.Pool{config}})
 			if err == nil {
-				t.Fatal("today's ADD redefining an imported pool succeeded after the fence")
+				t.Fatal("the previous version's ADD redefining an imported pool succeeded after the fence")
 			}
 			if p, err := a.Pool(ctx, migV4.Name); err != nil || !p.Deleting {
 				t.Fatalf("first-layout pool after the refused ADD: %+v, %v; want marked Deleting", p, err)

@@ -14,11 +14,12 @@ import (
 //
 //	go test ./internal/store/kvbacked -run '^TestRegenerateFirstLayoutFixtures$' -regenerate-fixtures
 //
-// It needs today's (first-layout) allocator: once that is gone, this file
-// goes with it and the fixtures stay as they are.
-var regenerate = flag.Bool("regenerate-fixtures", false, "rewrite testdata/firstlayout* with today's allocator")
+// It writes with the previous version's allocator (package firstlayout),
+// kept frozen for that; the checked-in fixtures are what it wrote when it
+// was the production allocator and are not to be rewritten without cause.
+var regenerate = flag.Bool("regenerate-fixtures", false, "rewrite testdata/firstlayout* with the first-layout allocator")
 
-// TestRegenerateFirstLayoutFixtures writes, with today's allocator
+// TestRegenerateFirstLayoutFixtures writes, with the first-layout allocator
 // (writeFirstLayout), a bbolt store file and an etcd key dump with what
 // the allocator reports about each, for TestMigrateCheckedInFirstLayout.
 func TestRegenerateFirstLayoutFixtures(t *testing.T) {
@@ -48,7 +49,7 @@ func TestRegenerateFirstLayoutFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := etcdDump{Comment: "first-layout keys written by today's allocator (writeFirstLayout), relative to the etcd prefix; regenerate with -regenerate-fixtures"}
+	d := etcdDump{Comment: "first-layout keys written by the first-layout allocator (writeFirstLayout), relative to the etcd prefix; regenerate with -regenerate-fixtures"}
 	for _, e := range all {
 		d.KVs = append(d.KVs, dumpedKV{Key: e.Key, Value: string(e.Value), ModRevision: e.Version})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
 )
 
 var (
@@ -28,13 +29,13 @@ var (
 	migWA   = ipam.Pool{Name: "wa", CIDR: netip.MustParsePrefix("10.10.0.0/24"), BlockSize: 28}
 )
 
-// v1State is what today's allocator reports about a store it wrote.
+// v1State is what the first-layout allocator reports about a store it wrote.
 type v1State struct {
 	handles []ipam.Handle
 	blocks  []ipam.Block
 }
 
-// writeFirstLayout fills s through today's allocator: single- and
+// writeFirstLayout fills s through the first-layout allocator: single- and
 // dual-stack handles on three nodes, a borrowed address (single-stack and
 // one family of a dual-stack handle, and on a fourth node holding no
 // block of its own), a handle stored under its legacy
@@ -55,7 +56,7 @@ func writeFirstLayout(t *testing.T, s kv.Store) v1State {
 		h := benchHandle(node, container)
 		h.Network = "net"
 		h.ID = ipam.HandleID("net", container, "eth0")
-		if _, err := a.Allocate(ctx, allocator.Request{Handle: h, Sets: sets}); err != nil {
+		if _, err := a.Allocate(ctx, firstlayout.Request{Handle: h, Sets: sets}); err != nil {
 			t.Fatalf("Allocate %s on %s: %v", container, node, err)
 		}
 	}
@@ -78,7 +79,7 @@ func writeFirstLayout(t *testing.T, s kv.Store) v1State {
 	// Re-store "old.dot" under its legacy ID, as earlier versions did.
 	id := ipam.HandleID("net", "old.dot", "eth0")
 	legacy := ipam.LegacyHandleID("net", "old.dot", "eth0")
-	es, err := s.Get(ctx, allocator.HandleKey(id))
+	es, err := s.Get(ctx, firstlayout.HandleKey(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,13 +88,13 @@ func writeFirstLayout(t *testing.T, s kv.Store) v1State {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bkey := allocator.BlockKey(blk.Pool, blk.CIDR)
+	bkey := firstlayout.BlockKey(blk.Pool, blk.CIDR)
 	bes, _ := s.Get(ctx, bkey)
 	ord, _ := blk.Ordinal(h.IPs[0].Addr)
 	blk.Owners[ord] = legacy
 	h.ID = legacy
 	if err := s.Txn(ctx, []kv.Cond{{Key: es[0].Key, Version: es[0].Version}, {Key: bkey, Version: bes[0].Version}}, []kv.Op{
-		{Key: es[0].Key, Delete: true}, {Key: allocator.HandleKey(legacy), Value: allocator.Encode(h)}, {Key: bkey, Value: allocator.Encode(blk)}}); err != nil {
+		{Key: es[0].Key, Delete: true}, {Key: firstlayout.HandleKey(legacy), Value: firstlayout.Encode(h)}, {Key: bkey, Value: firstlayout.Encode(blk)}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -106,9 +107,9 @@ func writeFirstLayout(t *testing.T, s kv.Store) v1State {
 	wh := ipam.Handle{ID: "net.wa-pod.eth0", Network: "net", ContainerID: "wa-pod", IfName: "eth0", Namespace: "default", Pod: "wa",
 		IPs: []ipam.HandleIP{{Addr: addr, Pool: migWA.Name, Block: wa.CIDR}}}
 	empty := ipam.NewBlock(migWA, migWA.BlockAt(1), "")
-	if err := s.Txn(ctx, nil, []kv.Op{{Key: allocator.BlockKey(wa.Pool, wa.CIDR), Value: allocator.Encode(wa)},
-		{Key: allocator.HandleKey(wh.ID), Value: allocator.Encode(wh)},
-		{Key: allocator.BlockKey(empty.Pool, empty.CIDR), Value: allocator.Encode(empty)}}); err != nil {
+	if err := s.Txn(ctx, nil, []kv.Op{{Key: firstlayout.BlockKey(wa.Pool, wa.CIDR), Value: firstlayout.Encode(wa)},
+		{Key: firstlayout.HandleKey(wh.ID), Value: firstlayout.Encode(wh)},
+		{Key: firstlayout.BlockKey(empty.Pool, empty.CIDR), Value: firstlayout.Encode(empty)}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -296,7 +297,7 @@ func (st v1State) handleIPs(id string) []ipam.HandleIP {
 	return nil
 }
 
-// A store written by today's allocator migrates with every handle,
+// A store written by the first-layout allocator migrates with every handle,
 // address and block the same through the typed store, and a second run
 // changes nothing.
 func TestMigrateFirstLayout(t *testing.T) {

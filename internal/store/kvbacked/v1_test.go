@@ -16,6 +16,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
 )
 
 // v1Pools are pools with every field the first layout stores set.
@@ -26,10 +27,10 @@ var v1Pools = []ipam.Pool{
 	{Name: "fd08::-64", CIDR: netip.MustParsePrefix("fd08::/64"), BlockSize: 122, Origin: "cli", Disabled: true, NodeSelector: "zone=a"},
 }
 
-// newAllocator is today's allocator on s.
-func newAllocator(t testing.TB, s kv.Store) *allocator.Allocator {
+// newAllocator is the first-layout allocator on s.
+func newAllocator(t testing.TB, s kv.Store) *firstlayout.Allocator {
 	t.Helper()
-	return allocator.New(s, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return firstlayout.New(s, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 // snapshot returns every key of s with its version and value.
@@ -46,10 +47,10 @@ func snapshot(t *testing.T, s kv.Store, prefix string) map[string]kv.KeyValue {
 	return out
 }
 
-// Pools made by today's allocator are not the typed store's until Migrate
+// Pools made by the first-layout allocator are not the typed store's until Migrate
 // copies them: then GetPool and ListPools read them back unchanged, the
-// first-layout pool keys are marked Deleting (the fence) and today's
-// allocator allocates from none of them; the first layout's keys are
+// first-layout pool keys are marked Deleting (the fence) and the
+// first-layout allocator allocates from none of them; the first layout's keys are
 // neither listed nor changed by anything the typed store writes.
 func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 	for _, b := range backends {
@@ -62,8 +63,8 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			req := func(c string) allocator.Request {
-				return allocator.Request{Handle: ipam.Handle{ID: "net." + c + ".eth0", Network: "net", ContainerID: c, IfName: "eth0", Node: "node-a"},
+			req := func(c string) firstlayout.Request {
+				return firstlayout.Request{Handle: ipam.Handle{ID: "net." + c + ".eth0", Network: "net", ContainerID: c, IfName: "eth0", Node: "node-a"},
 					Sets: [][]string{{"v4"}}}
 			}
 			h, err := a.Allocate(ctx, req("c1"))
@@ -95,7 +96,7 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 				t.Fatalf("ListPools: %d pools (%v), want %d", len(listed), err, len(v1Pools))
 			}
 			if _, err := a.Allocate(ctx, req("c2")); !errors.Is(err, allocator.ErrNoPool) {
-				t.Fatalf("today's Allocate after the fence: %v, want ErrNoPool", err)
+				t.Fatalf("the first-layout Allocate after the fence: %v, want ErrNoPool", err)
 			}
 
 			// Typed writes leave the first layout's keys alone.
