@@ -21,7 +21,7 @@ const (
 	fixtureEtcdWant = "firstlayout-etcd.want.json"
 )
 
-// fixtureState is v1State as JSON: what today's allocator reported about
+// fixtureState is v1State as JSON: what the first-layout allocator reported about
 // the store it wrote.
 type fixtureState struct {
 	Handles []ipam.Handle `json:"handles"`
@@ -87,8 +87,9 @@ func onlyFirstLayout(t *testing.T, s kv.Store) {
 	}
 }
 
-// The bbolt file and the etcd dump today's allocator wrote (checked in, so
-// this keeps testing the migration once that allocator is gone) migrate
+// The bbolt file and the etcd dump the previous version's allocator wrote
+// when it ran in production (checked in: they keep testing the migration
+// independently of package firstlayout) migrate
 // with every handle, address and block the same through the typed store,
 // the pools fenced, and a second run changes nothing.
 func TestMigrateCheckedInFirstLayout(t *testing.T) {
