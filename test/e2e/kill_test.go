@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,15 +62,19 @@ var killBackends = []killBackend{
 
 // TestKill9 kills ipkeeper processes with SIGKILL at random moments of
 // ADD and DEL, on each datastore, two nodes sharing the store. After every
-// round the runtime's CNI GC runs on each node with the ADDs that printed
-// a result as its valid attachments, as a runtime does after a crash;
-// then the store is consistent (consistency.CheckStore finds nothing:
-// no address with two holders, no orphan claim, no dangling loan), every
-// ADD that printed a result still holds both its addresses (durable before
+// round the leftovers are reclaimed the two ways an operator has: on
+// node-a the runtime's CNI GC with the ADDs that printed a result as its
+// valid attachments; on node-b `ipkeeperctl gc`, which releases handles
+// whose network namespace is gone (each ADD there names a file standing
+// for its namespace, removed unless the ADD printed a result) and adopts
+// blocks claimed by killed ADDs. Then `ipkeeperctl check` is clean (no
+// address with two holders, no orphan claim, no dangling loan), every ADD
+// that printed a result still holds both its addresses (durable before
 // printed), and nothing else is held.
 func TestKill9(t *testing.T) {
 	needIpkeeper(t)
 	needKubeSibling(t)
+	needCtl(t)
 	for _, b := range killBackends {
 		t.Run(b.name, func(t *testing.T) { kill9(t, b) })
 	}
@@ -84,6 +90,13 @@ func kill9(t *testing.T, b killBackend) {
 				"ranges": []any{[]any{map[string]any{"subnet": "10.66.0.0/22"}}, []any{map[string]any{"subnet": "fd66::/118"}}}}})
 	}
 	nodes := []string{"node-a", "node-b"}
+	ctlConf := filepath.Join(t.TempDir(), "node-b.conf")
+	if err := os.WriteFile(ctlConf, conf("node-b"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// node-b's ADDs name a file each as their network namespace: it
+	// exists while the "pod" lives.
+	netnsDir := t.TempDir()
 	const perRound = 10
 	// The kills fall anywhere from the start to past the end of a round
 	// (perRound processes, half of them on one node, where they take
@@ -106,7 +119,7 @@ func kill9(t *testing.T, b killBackend) {
 	}
 	maxDelay := perRound * calib.Duration
 	var mu sync.Mutex
-	killed, finished := 0, 0
+	killed, finished, leaked := 0, 0, 0
 	printed := map[string]string{} // handle ID -> node
 	for r := range b.rounds {
 		var wg sync.WaitGroup
@@ -116,10 +129,19 @@ func kill9(t *testing.T, b killBackend) {
 				verb, id = "DEL", fmt.Sprintf("r%02dc%d", r-1, i)
 			}
 			node := nodes[i%2]
+			netns := anyNetNS
+			if node == "node-b" {
+				netns = filepath.Join(netnsDir, id)
+				if verb == "ADD" {
+					if err := os.WriteFile(netns, nil, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			wg.Go(func() {
 				cmd := exec.Command(ipkeeperBin)
 				cmd.Env = append(os.Environ(), "CNI_COMMAND="+verb, "CNI_CONTAINERID="+id,
-					"CNI_NETNS="+anyNetNS, "CNI_IFNAME=eth0", "CNI_PATH="+toolsDir)
+					"CNI_NETNS="+netns, "CNI_IFNAME=eth0", "CNI_PATH="+toolsDir)
 				cmd.Stdin = bytes.NewReader(conf(node))
 				var out bytes.Buffer
 				cmd.Stdout = &out
@@ -150,28 +172,48 @@ func kill9(t *testing.T, b killBackend) {
 			})
 		}
 		wg.Wait()
-		for _, node := range nodes {
-			valid := []types.GCAttachment{}
-			for id, n := range printed {
-				if n == node {
-					valid = append(valid, types.GCAttachment{ContainerID: id[len("kill.") : len(id)-len(".eth0")], IfName: "eth0"})
-				}
+		// Pods that died after their ADD without a DEL (the node crashed,
+		// the runtime lost them): one per node per round, forgotten
+		// here, so that the GCs below must release them.
+		for _, id := range []string{fmt.Sprintf("kill.r%02dc0.eth0", r), fmt.Sprintf("kill.r%02dc1.eth0", r)} {
+			if printed[id] != "" {
+				delete(printed, id)
+				leaked++
 			}
-			gc := conf(node)
-			var m map[string]any
-			_ = json.Unmarshal(gc, &m)
-			m["cni.dev/valid-attachments"] = valid
-			if out := ipamRun(t, "GC", "", mustJSON(t, m)); out.ExitCode != 0 {
-				t.Fatalf("round %d: GC on %s failed:\n%v", r, node, out)
+		}
+		// node-a: the runtime's GC with the attachments still in use.
+		valid := []types.GCAttachment{}
+		for id, n := range printed {
+			if n == "node-a" {
+				valid = append(valid, types.GCAttachment{ContainerID: containerOf(id), IfName: "eth0"})
 			}
+		}
+		if out := ipamRun(t, "GC", "", withValid(t, conf("node-a"), valid)); out.ExitCode != 0 {
+			t.Fatalf("round %d: GC on node-a failed:\n%v", r, out)
+		}
+		// node-b: the namespaces of ADDs that printed nothing are gone.
+		files, _ := os.ReadDir(netnsDir)
+		for _, f := range files {
+			if printed["kill."+f.Name()+".eth0"] == "" {
+				_ = os.Remove(filepath.Join(netnsDir, f.Name()))
+			}
+		}
+		ctl(t, ctlConf, "gc", "--node", "node-b")
+		if out, stderr, err := ctlRun(ctlConf, "check"); err != nil {
+			t.Fatalf("round %d: ipkeeperctl check after kill -9 and gc: %v\n%s%s", r, err, out, stderr)
 		}
 		checkAfterKills(t, ds, printed)
 	}
-	t.Logf("%s: kills within %v (%d × one ADD alone); %d of %d plugin processes killed mid-run, %d finished; %d printed ADD results checked durable",
-		b.name, maxDelay, perRound, killed, b.rounds*perRound, finished, len(printed))
-	if killed == 0 || finished == 0 {
+	t.Logf("%s: kills within %v (%d × one ADD alone); %d of %d plugin processes killed mid-run, %d finished; %d printed ADD results checked durable; %d finished ADDs forgotten and reclaimed",
+		b.name, maxDelay, perRound, killed, b.rounds*perRound, finished, len(printed), leaked)
+	if killed == 0 || finished == 0 || leaked == 0 {
 		t.Fatal("every process was killed, or none: the test tested nothing")
 	}
+}
+
+// containerOf is the container ID of a handle ID "kill.<id>.eth0".
+func containerOf(handleID string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(handleID, "kill."), ".eth0")
 }
 
 // checkAfterKills verifies the store after a round of kills and the GCs:
