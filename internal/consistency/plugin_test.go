@@ -12,8 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 )
 
 // buildPlugin builds the real ipkeeper plugin binary into a temp dir.
@@ -81,12 +82,12 @@ func (p plugin) add(at attachment) netip.Addr {
 // allocated.
 func (p plugin) check() int {
 	p.t.Helper()
-	st, err := local.Open(context.Background(), p.dir)
+	st, err := datastore.OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: p.dir}, true)
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	defer st.Close()
-	rep, err := consistency.Check(context.Background(), st)
+	rep, err := consistency.CheckStore(context.Background(), st)
 	if err != nil {
 		p.t.Fatal(err)
 	}

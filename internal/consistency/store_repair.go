@@ -12,6 +12,11 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
+// MaxRounds bounds how often RepairStore reads the store and repairs
+// again: after conflicts with concurrent writers, and for fixes that only
+// become possible once an earlier fix is in.
+const MaxRounds = 5
+
 // CheckStore reads the typed store (package store: pools, block claims,
 // node objects) and reports every problem. It writes nothing.
 //
@@ -35,8 +40,10 @@ func CheckStore(ctx context.Context, s store.Store) (Report, error) {
 }
 
 // RepairStore checks the typed store and applies the fixes the Kind
-// constants document, then checks again; the result is as Repair's. Each
-// fix writes one object at a time, compare-and-swap at the version a
+// constants document, then checks again. Found lists what the first
+// check found, Actions what was changed, Remaining what a final check
+// still finds (problems that are reported only, or fixes that lost to
+// concurrent writers MaxRounds times). Each fix writes one object at a time, compare-and-swap at the version a
 // second look just read, and none frees an address: the fixes create a
 // missing claim for the block's holder, add an adopted block empty, drop a
 // loan (which holds no address) or add one. A fix that loses to a
