@@ -25,8 +25,8 @@ const storeAttempts = 20
 // address is in another node's block gets a record in that node's object
 // and a loan in its own node's object, as an allocation would.
 //
-// It keeps Apply's promises: objects held as the plan has them are left
-// alone, so a second run reports everything present and writes nothing;
+// Objects held as the plan has them are left alone, so a second run
+// reports everything present and writes nothing;
 // anything that disagrees with stored state — a pool of the same name with
 // another CIDR or block size, a pool of another name overlapping, a block
 // claimed by another node, an imported address held by someone else or

@@ -15,15 +15,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// storeEnvs runs fn on a fresh typed store of every real backend.
-func storeEnvs(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, e := range envs {
-		if strings.HasPrefix(e.name, "store-") {
-			t.Run(e.name, func(t *testing.T) { fn(t, e.open(t)) })
-		}
-	}
-}
-
 const calicoNode = "ip-10-200-205-203"
 
 // borrowedPlan is the Calico plan with one pod on another node (Calico
@@ -46,7 +37,7 @@ func borrowedPlan(t *testing.T) (*importer.Plan, string) {
 // own node's object (created: that node holds no block); the allocator
 // finds it whole from its node and DEL frees it.
 func TestApplyStoreBorrowed(t *testing.T) {
-	storeEnvs(t, func(t *testing.T, e *env) {
+	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		plan, id := borrowedPlan(t)
 		if _, err := e.apply(ctx, plan, false); err != nil {
@@ -86,7 +77,7 @@ func TestApplyStoreBorrowed(t *testing.T) {
 // TestApplyStoreClaimedElsewhere: a block another node claimed fails the
 // import, writing nothing.
 func TestApplyStoreClaimedElsewhere(t *testing.T) {
-	storeEnvs(t, func(t *testing.T, e *env) {
+	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		plan := calicoPlan(t)
 		if _, err := e.typed.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: plan.Blocks[0].Pool, CIDR: plan.Blocks[0].CIDR}, Node: "elsewhere"}); err != nil {
@@ -116,7 +107,7 @@ func TestApplyStoreBadInput(t *testing.T) {
 		{"address no block gives", func(p *importer.Plan) { p.Handles[0].IPs[0].Addr = p.Handles[0].IPs[0].Addr.Next() }, "calico-import.unknown.100.112.209.128"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			storeEnvs(t, func(t *testing.T, e *env) {
+			eachEnv(t, func(t *testing.T, e *env) {
 				plan := calicoPlan(t)
 				c.spoil(plan)
 				before := e.dump(t)
@@ -300,7 +291,7 @@ func (h *hookStore) UpdateNode(ctx context.Context, n store.Node) (store.Node, e
 // of its own) makes the import's write fail; the import reads the object
 // again and merges: both the pod's and every imported address are held.
 func TestApplyStoreMergesConcurrentAllocation(t *testing.T) {
-	storeEnvs(t, func(t *testing.T, e *env) {
+	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		a := allocator.NewStoreAllocator(e.typed, nil)
 		if _, err := a.EnsurePool(ctx, otherPool); err != nil {
@@ -337,7 +328,7 @@ func TestApplyStoreMergesConcurrentAllocation(t *testing.T) {
 // addresses in an object the import does not write to (the borrower's
 // own) fails the import, writing nothing.
 func TestApplyStoreHandleElsewhere(t *testing.T) {
-	storeEnvs(t, func(t *testing.T, e *env) {
+	eachEnv(t, func(t *testing.T, e *env) {
 		plan, id := borrowedPlan(t)
 		e.otherHandle(t, "worker-9", id)
 		before := e.dump(t)
@@ -362,7 +353,7 @@ func (l limitStore) Limits() store.Limits { return store.Limits{MaxObjectBytes: 
 // TestApplyStoreTooLarge: a node object the store cannot take fails the
 // import before anything is written.
 func TestApplyStoreTooLarge(t *testing.T) {
-	storeEnvs(t, func(t *testing.T, e *env) {
+	eachEnv(t, func(t *testing.T, e *env) {
 		before := e.dump(t)
 		_, err := importer.ApplyStore(context.Background(), limitStore{e.typed, 512}, calicoPlan(t), false)
 		if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), calicoNode) {

@@ -13,7 +13,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/importer"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
@@ -35,9 +34,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// env is a fresh datastore with the import that writes it (Apply on the
-// first layout, ApplyStore on the typed store) and the allocator that
-// then works on it, so that one test states a promise for both.
+// env is a fresh typed store with the import that writes it (ApplyStore)
+// and the allocator that then works on it.
 type env struct {
 	apply func(ctx context.Context, plan *importer.Plan, dryRun bool) (importer.Result, error)
 	// dump lists every stored object with its version.
@@ -53,18 +51,16 @@ type env struct {
 	otherHandle func(t *testing.T, node, id string)
 	allocate    func(ctx context.Context, req allocator.Request) (ipam.Handle, error)
 	release     func(ctx context.Context, node, id string) ([]netip.Addr, error)
-	// typed is the typed store (nil for the first layout).
+	// typed is the store.
 	typed store.Store
 }
 
-// envs are the datastores every shared import test runs on: the first
-// layout on a bbolt file (Apply), and the typed store on a bbolt file and
-// on the embedded etcd (ApplyStore).
+// envs are the datastores every import test runs on: the typed store on a
+// bbolt file and on the embedded etcd.
 var envs = []struct {
 	name string
 	open func(t *testing.T) *env
 }{
-	{"kv-local", kvEnv},
 	{"store-local", func(t *testing.T) *env {
 		s, err := kvbacked.OpenLocal(t.Context(), t.TempDir())
 		if err != nil {
@@ -90,35 +86,6 @@ var envs = []struct {
 func eachEnv(t *testing.T, fn func(t *testing.T, e *env)) {
 	for _, e := range envs {
 		t.Run(e.name, func(t *testing.T) { fn(t, e.open(t)) })
-	}
-}
-
-func kvEnv(t *testing.T) *env {
-	st := openStore(t)
-	a := allocator.New(st, nil)
-	return &env{
-		apply: func(ctx context.Context, plan *importer.Plan, dryRun bool) (importer.Result, error) {
-			return importer.Apply(ctx, st, plan, dryRun)
-		},
-		dump:  func(t *testing.T) string { return dump(t, st) },
-		check: func(t *testing.T) { mustClean(t, st) },
-		createPool: func(t *testing.T, p ipam.Pool) {
-			if err := a.CreatePool(context.Background(), p); err != nil {
-				t.Fatal(err)
-			}
-		},
-		freeAddr: func(t *testing.T, addr netip.Addr) {
-			if _, err := a.ReleaseAddr(context.Background(), addr); err != nil {
-				t.Fatal(err)
-			}
-		},
-		otherHandle: func(t *testing.T, _, id string) {
-			if err := st.Txn(context.Background(), nil, []kv.Op{{Key: allocator.HandleKey(id), Value: []byte(`{"id":"` + id + `","ips":[]}`)}}); err != nil {
-				t.Fatal(err)
-			}
-		},
-		allocate: a.Allocate,
-		release:  func(ctx context.Context, _, id string) ([]netip.Addr, error) { return a.Release(ctx, id) },
 	}
 }
 

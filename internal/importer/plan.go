@@ -1,8 +1,8 @@
 // Package importer recreates another IPAM's allocations in ipkeeper so that
 // running pods keep their addresses: the calico and whereabouts
-// sub-packages turn their state into a Plan, and Apply writes a Plan into
-// a datastore, idempotently and without overwriting anything that
-// disagrees with it.
+// sub-packages turn their state into a Plan, and ApplyStore writes a Plan
+// into the typed store, idempotently and without overwriting anything
+// that disagrees with it.
 package importer
 
 import (
@@ -32,9 +32,10 @@ var ErrConflict = errors.New("import conflicts with ipkeeper state")
 type Plan struct {
 	// Source names what was read ("calico", "whereabouts").
 	Source string
-	// Pools, Blocks and Handles are written by Apply. Every allocation of
-	// a block names a handle of the plan that lists it, and every address
-	// a handle lists is allocated to it by a block of the plan.
+	// Pools, Blocks and Handles are written by ApplyStore. Every
+	// allocation of a block names a handle of the plan that lists it, and
+	// every address a handle lists is allocated to it by a block of the
+	// plan.
 	Pools   []ipam.Pool
 	Blocks  []ipam.Block
 	Handles []ipam.Handle

@@ -18,7 +18,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // TestImportFromCalicoEtcd writes Calico's keys (a block, its handles, the
@@ -75,15 +75,15 @@ func TestImportFromCalicoEtcd(t *testing.T) {
 		t.Fatalf("from etcd %v, from the file %v", plan.Addresses(), fromFile.Addresses())
 	}
 
-	st, err := local.Open(ctx, t.TempDir())
+	st, err := kvbacked.OpenLocal(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := importer.Apply(ctx, st, plan, false); err != nil {
+	if _, err := importer.ApplyStore(ctx, st, plan, false); err != nil {
 		t.Fatal(err)
 	}
-	r, err := consistency.Check(ctx, st)
+	r, err := consistency.CheckStore(ctx, st)
 	if err != nil || len(r.Problems) != 0 || r.Counts.Allocated != 9 {
 		t.Fatalf("after import: %+v, %v", r, err)
 	}

@@ -15,27 +15,14 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
-	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/importer"
 	"github.com/ipkeeper/ipkeeper/internal/importer/calico"
 	"github.com/ipkeeper/ipkeeper/internal/importer/whereabouts"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/netpools"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
-
-func openStore(t *testing.T) kv.Store {
-	t.Helper()
-	st, err := local.Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 func calicoPlan(t *testing.T) *importer.Plan {
 	t.Helper()
@@ -71,37 +58,12 @@ func whereaboutsPlan(t *testing.T) *importer.Plan {
 	return plan
 }
 
-// dump lists every key with its version.
-func dump(t *testing.T, st kv.Store) string {
-	t.Helper()
-	es, err := st.List(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, e := range es {
-		fmt.Fprintf(&b, "%s@%d\n", e.Key, e.Version)
-	}
-	return b.String()
-}
-
 func statuses(r importer.Result) map[string]int {
 	out := map[string]int{}
 	for _, c := range r.Changes {
 		out[c.Kind+" "+c.Status]++
 	}
 	return out
-}
-
-func mustClean(t *testing.T, st kv.Store) {
-	t.Helper()
-	r, err := consistency.Check(context.Background(), st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Problems) != 0 {
-		t.Fatalf("check after import: %+v", r.Problems)
-	}
 }
 
 // TestCalicoImportThenAllocate imports the real Calico block: exactly its
@@ -288,52 +250,6 @@ func TestConflictsWriteNothing(t *testing.T) {
 			})
 		})
 	}
-}
-
-// failAfter fails every transaction after the first n.
-type failAfter struct {
-	kv.Store
-	n int
-}
-
-var errCut = errors.New("cut")
-
-func (s *failAfter) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
-	if s.n == 0 {
-		return errCut
-	}
-	s.n--
-	return s.Store.Txn(ctx, conds, ops)
-}
-
-// TestInterruptedImportCompletes: an import cut after its pool and block
-// leaves the addresses taken (never free); running it again completes it.
-func TestInterruptedImportCompletes(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	if _, err := importer.Apply(ctx, &failAfter{Store: st, n: 2}, calicoPlan(t), false); !errors.Is(err, errCut) {
-		t.Fatalf("cut import: %v", err)
-	}
-	r, err := consistency.Check(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range r.Problems {
-		if p.Kind != consistency.KindOrphanAddr {
-			t.Errorf("after the cut: %+v; want only addresses without their handles yet", p)
-		}
-	}
-	if r.Counts.Allocated != 9 {
-		t.Fatalf("after the cut %d addresses are taken, want 9", r.Counts.Allocated)
-	}
-	res, err := importer.Apply(ctx, st, calicoPlan(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := statuses(res); got["handle created"] != 9 || got["block present"] != 1 {
-		t.Fatalf("second run: %v", got)
-	}
-	mustClean(t, st)
 }
 
 // TestTestdataMatchesShared: testdata/ holds copies of the project's shared
