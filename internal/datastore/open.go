@@ -1,4 +1,6 @@
-// Package datastore opens the kv.Store a config's `datastore` object names.
+// Package datastore opens the datastore a config's `datastore` object
+// names: the typed store (OpenStore) and, for local and etcd, the kv.Store
+// it is kept in (Open, OpenShared).
 package datastore
 
 import (
@@ -6,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -25,8 +25,8 @@ const DefaultLockDir = "/run/ipkeeper"
 // LockDirEnv names the environment variable that overrides DefaultLockDir.
 const LockDirEnv = "IPKEEPER_LOCK_DIR"
 
-// ErrBadPath wraps every error about a datastore path, node lock directory
-// or hint directory that cannot be used safely (missing or not a
+// ErrBadPath wraps every error about a datastore path or node lock
+// directory that cannot be used safely (missing or not a
 // directory, a symbolic link or special file where a file belongs, owned or
 // writable by another user); the message names the path and the fix. It is
 // local.ErrBadPath, so errors of either package match it.
@@ -39,9 +39,8 @@ var ErrUnsupported = errors.New("unsupported datastore type")
 //
 // For etcd it first takes this node's exclusive lock for that datastore (a
 // flock on a file under $IPKEEPER_LOCK_DIR, default DefaultLockDir), held
-// until Close, and prepares the hint directory beside it. The lock
-// directory, the lock file and the hint directory must be safe for root to
-// use (owned by root or the caller, not writable by others, no symbolic
+// until Close. The lock directory and the lock file must be safe for root
+// to use (owned by root or the caller, not writable by others, no symbolic
 // link or special file as the lock file): anything else fails with
 // ErrBadPath naming the path and the fix. Under the lock, plugin
 // processes on one node take turns instead of fighting over the node's own
@@ -75,18 +74,6 @@ func OpenShared(ctx context.Context, ds config.Datastore) (kv.Store, error) {
 // lockDirWhat names the lock directory in messages.
 const lockDirWhat = "node lock directory (" + LockDirEnv + ", default " + DefaultLockDir + ")"
 
-// HintDir is where plugin processes of this node keep allocation hints
-// (allocator.FileHints) for ds, beside its node lock; "" for the
-// local store, whose reads cost no round trip. Open of an etcd datastore
-// creates it (mode 0700) and checks it like the lock directory, so hints
-// come only from root or the caller.
-func HintDir(ds config.Datastore) string {
-	if ds.Type != config.DatastoreEtcd {
-		return ""
-	}
-	return filepath.Join(lockDir(), strings.TrimSuffix(lockName(etcdConfig(ds)), ".lock")+".hints")
-}
-
 func lockDir() string {
 	if dir := os.Getenv(LockDirEnv); dir != "" {
 		return dir
@@ -110,12 +97,9 @@ func openEtcd(ctx context.Context, ds config.Datastore, lock bool) (kv.Store, er
 		if wait <= 0 {
 			wait = 3 * etcd.DefaultRequestTimeout
 		}
-		// Both directories are checked (and made) before the lock file is
-		// opened, so a refusal creates nothing but safe directories.
+		// The directory is checked (and made) before the lock file is
+		// opened, so a refusal creates nothing but a safe directory.
 		if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
-			return nil, err
-		}
-		if _, err := local.PrepareDir("hint directory", HintDir(ds)); err != nil {
 			return nil, err
 		}
 		var err error

@@ -22,7 +22,7 @@ import (
 // it is the plugin's, under this node's lock for that datastore, as Open.
 //
 // local and etcd: the kv.Store Open or OpenShared returns (the same file
-// lock, node lock, hint directory and path checks), as kvbacked's typed
+// lock, node lock and path checks), as kvbacked's typed
 // store. A store without the layout marker is migrated before it is
 // returned (kvbacked.Migrate: the first layout converted, or the marker
 // written for objects stored before any; an empty store is left
