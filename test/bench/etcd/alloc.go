@@ -11,7 +11,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
@@ -19,35 +19,42 @@ import (
 var handleSeq atomic.Int64
 
 // allocRun is what an allocation measurement leaves behind: the allocator
-// (with its in-memory hints) and the handles it made, per node, so that
-// the release-all measurement can undo them.
+// (with its memory of the node objects it wrote) and the handles it made,
+// per node, so that the release-all measurement can undo them.
 type allocRun struct {
 	latency.Result
-	alloc *allocator.Allocator
+	alloc *allocator.StoreAllocator
 	mu    sync.Mutex
 	ids   map[int][]string // node -> handle IDs
 }
 
-// allocBench allocates from c workers for d, worker w's i-th allocation on
-// node (w+i*c) mod nodes. With locked, a node runs one allocation at a
-// time, as the plugin's node lock makes it.
-func allocBench(ctx context.Context, s kv.Store, c, nodes int, locked bool, d time.Duration) *allocRun {
-	run := &allocRun{alloc: allocator.New(s, nil), ids: map[int][]string{}}
+func nodeName(n int) string { return fmt.Sprintf("node-%04d", n) }
+
+// allocBench allocates from c workers for d on the typed store s, worker
+// w's i-th allocation on node (w+i*c) mod nodes. With locked, every worker
+// uses one StoreAllocator, whose per-node lock runs one allocation at a
+// time per node, as the plugin's node lock makes it; without, each worker
+// has its own allocator (as processes that do not take the node lock) and
+// concurrent allocations on one node conflict on its object.
+func allocBench(ctx context.Context, s store.Store, c, nodes int, locked bool, d time.Duration) *allocRun {
+	run := &allocRun{alloc: allocator.NewStoreAllocator(s, nil), ids: map[int][]string{}}
 	pool := ipam.Pool{Name: "bench", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26}
 	if _, err := run.alloc.EnsurePool(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	locks := make([]sync.Mutex, nodes)
+	allocs := make([]*allocator.StoreAllocator, c)
+	for w := range allocs {
+		allocs[w] = run.alloc
+		if !locked {
+			allocs[w] = allocator.NewStoreAllocator(s, nil)
+		}
+	}
 	run.Result = latency.Measure(c, d, func(w, i int) error {
 		n := (w + i*c) % nodes
-		if locked {
-			locks[n].Lock()
-			defer locks[n].Unlock()
-		}
 		cid := fmt.Sprintf("c%d", handleSeq.Add(1))
 		id := ipam.HandleID("bench", cid, "eth0")
-		_, err := run.alloc.Allocate(ctx, allocator.Request{
-			Handle: ipam.Handle{ID: id, Node: fmt.Sprintf("node-%04d", n), Network: "bench", ContainerID: cid, IfName: "eth0"},
+		_, err := allocs[w].Allocate(ctx, allocator.Request{
+			Handle: ipam.Handle{ID: id, Node: nodeName(n), Network: "bench", ContainerID: cid, IfName: "eth0"},
 			Sets:   [][]string{{"bench"}},
 		})
 		if err == nil {
@@ -62,11 +69,16 @@ func allocBench(ctx context.Context, s kv.Store, c, nodes int, locked bool, d ti
 
 // releaseAll releases every handle run made, from c workers, one node at a
 // time per worker (as DELs on a node take turns under the plugin's node
-// lock), with the allocator that made them, i.e. with warm hints.
+// lock), with the allocator that made them, i.e. knowing the node objects
+// it wrote last.
 func releaseAll(ctx context.Context, run *allocRun, c int) latency.Result {
-	var work [][]string
-	for _, ids := range run.ids {
-		work = append(work, ids)
+	type nodeIDs struct {
+		node int
+		ids  []string
+	}
+	var work []nodeIDs
+	for n, ids := range run.ids {
+		work = append(work, nodeIDs{n, ids})
 	}
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -81,9 +93,9 @@ func releaseAll(ctx context.Context, run *allocRun, c int) latency.Result {
 				if k >= len(work) {
 					break
 				}
-				for _, id := range work[k] {
+				for _, id := range work[k].ids {
 					t0 := time.Now()
-					if _, err := run.alloc.Release(ctx, id); err != nil {
+					if _, err := run.alloc.Release(ctx, nodeName(work[k].node), id); err != nil {
 						log.Printf("release %s: %v", id, err)
 						continue
 					}

@@ -6,9 +6,11 @@
 //     gateway client, at concurrency 1, 8 and 64;
 //  2. ipkeeper allocations/s with p50/p99 at the same concurrencies,
 //     spread over 50 nodes (one allocation at a time per node, as the
-//     plugin's node lock makes it);
-//  3. one hot node with 16 concurrent allocations, without and with the
-//     node lock;
+//     plugin's node lock makes it), by allocator.StoreAllocator on the
+//     typed store kept in etcd (kvbacked), then the release of them all;
+//  3. one hot node with 16 concurrent allocations, without the node lock
+//     (16 allocators, each writing at the node object's version it last
+//     saw) and with it (one allocator, whose per-node lock serializes);
 //  4. the ipkeeper binary as a process: sequential ADDs on one node and 16
 //     concurrent ADD processes, next to host-local ADDs on local disk;
 //  5. with -scale: ADD p50 with 10 nodes and with 5 000 nodes of 110 pods
@@ -38,6 +40,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
@@ -112,7 +115,7 @@ func main() {
 		})
 		js.Close()
 		cs := &countingStore{Store: open(fmt.Sprintf("/alloc-%d", c), false)}
-		al := allocBench(ctx, cs, c, 50, true, *flagDur)
+		al := allocBench(ctx, kvbacked.New(cs), c, 50, true, *flagDur)
 		fmt.Printf("%-5d %12.0f %12.0f %12.0f %9s %9s %9.3f %7.2f %10.2f\n", c, rawG.Rate(), rawJ.Rate(), al.Rate(),
 			latency.Ms(al.Pct(50)), latency.Ms(al.Pct(99)), float64(cs.conflicts.Load())/float64(max(al.N, 1)), al.Rate()/rawG.Rate(), al.Rate()/rawJ.Rate())
 		reads0, txns0 := cs.reads.Load(), cs.txns.Load()
@@ -122,7 +125,7 @@ func main() {
 			latency.Ms(rel.Pct(50)), latency.Ms(rel.Pct(99)), "", "", "",
 			float64(cs.reads.Load()-reads0)/float64(max(rel.N, 1)), float64(cs.txns.Load()-txns0)/float64(max(rel.N, 1)))
 		ss := &countingStore{Store: open(fmt.Sprintf("/alloc-serial-%d", c), true)}
-		as := allocBench(ctx, ss, c, 50, true, *flagDur)
+		as := allocBench(ctx, kvbacked.New(ss), c, 50, true, *flagDur)
 		ss.Close()
 		fmt.Printf("%-5s %12s %12s %12.0f %9s %9s %9.3f %7.2f %10.2f  (serializable reads)\n", "", "", "", as.Rate(),
 			latency.Ms(as.Pct(50)), latency.Ms(as.Pct(99)), float64(ss.conflicts.Load())/float64(max(as.N, 1)), as.Rate()/rawG.Rate(), as.Rate()/rawJ.Rate())
@@ -136,7 +139,7 @@ func main() {
 			name = "node lock (as plugin)"
 		}
 		cs := &countingStore{Store: open(fmt.Sprintf("/hot-%v", locked), false)}
-		r := allocBench(ctx, cs, 16, 1, locked, *flagDur)
+		r := allocBench(ctx, kvbacked.New(cs), 16, 1, locked, *flagDur)
 		cs.Close()
 		fmt.Printf("%-22s %10.0f %9s %9s %14.3f\n", name, r.Rate(), latency.Ms(r.Pct(50)), latency.Ms(r.Pct(99)), float64(cs.conflicts.Load())/float64(max(r.N, 1)))
 	}
@@ -145,11 +148,12 @@ func main() {
 		procBench(ctx, ep)
 	}
 	if *flagScale {
-		scaleBench(ctx, ep, cli, open)
+		scaleBench(ctx, open)
 	}
 }
 
-// countingStore counts round trips and conflicting transactions.
+// countingStore counts round trips and conflicting transactions of the
+// etcd backend under the typed store (kvbacked.New(countingStore)).
 type countingStore struct {
 	*etcd.Store
 	conflicts, reads, txns atomic.Int64
@@ -167,7 +171,7 @@ func (c *countingStore) List(ctx context.Context, prefix string) ([]kv.KeyValue,
 	return c.Store.List(ctx, prefix)
 }
 
-// TxnRevision counts a transaction (the allocator commits through it).
+// TxnRevision counts a transaction (the typed store writes through it).
 func (c *countingStore) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
 	c.txns.Add(1)
 	r, err := c.Store.TxnRevision(ctx, conds, ops)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log"
 	"math/rand/v2"
@@ -10,41 +9,42 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 // scaleBench measures ADD latency with 10 nodes and with flagNodes nodes of
 // flagPods pods each already stored, in a /12 pool of /26 blocks. The
-// stored state is written directly (what the allocator would have
-// written), then ADD+DEL pairs run on random nodes, one at a time; only
-// the ADD is timed.
-func scaleBench(ctx context.Context, ep string, cli *clientv3.Client, open func(string, bool) *etcd.Store) {
+// stored state is written directly as typed objects (the pool, the
+// blocks' claims and each node's object, as the allocator would have left
+// them), then ADD+DEL pairs run on random nodes, one at a time; only the
+// ADD is timed.
+func scaleBench(ctx context.Context, open func(string, bool) *etcd.Store) {
 	fmt.Printf("\n5. scale: ADD latency with N nodes x %d pods stored (/12 pool, /26 blocks), 300 ADD+DEL pairs on random nodes\n", *flagPods)
-	fmt.Printf("   cold: no hint (a node's first ADD: handle+pool read, affinity list, block read, txn)\n")
-	fmt.Printf("   warm: the node's hint from its previous ADD, as its plugin keeps it (one txn)\n")
-	fmt.Printf("%-8s %-5s %10s %10s %9s %9s %9s\n", "nodes", "hint", "addresses", "load time", "ADD p50", "ADD p90", "ADD p99")
+	fmt.Printf("   cold: a fresh allocator per ADD, as a plugin process (pool and node object read, one node object write)\n")
+	fmt.Printf("   warm: an allocator that wrote the node's object last (one node object write)\n")
+	fmt.Printf("%-8s %-5s %10s %10s %9s %9s %9s\n", "nodes", "mode", "addresses", "load time", "ADD p50", "ADD p90", "ADD p99")
 	p50s := map[string][]time.Duration{}
 	for _, n := range []int{10, *flagNodes} {
-		prefix := fmt.Sprintf("/scale-%d", n)
+		s := kvbacked.New(open(fmt.Sprintf("/scale-%d", n), false))
 		t0 := time.Now()
-		addrs := preload(ctx, cli, prefix, n, *flagPods)
+		addrs := preload(ctx, s, n, *flagPods)
 		load := time.Since(t0)
-		s := open(prefix, false)
 		probes := make([]string, 300)
 		for i := range probes {
 			probes[i] = fmt.Sprintf("node-%05d", rand.N(n))
 		}
 		for _, mode := range []string{"cold", "warm"} {
-			a := allocator.New(s, nil)
+			warm := allocator.NewStoreAllocator(s, nil)
 			addDel := func(node, id string, fresh bool) time.Duration {
+				a := warm
 				if fresh {
-					a.SetHints(&allocator.MemoryHints{})
+					a = allocator.NewStoreAllocator(s, nil)
 				}
 				t1 := time.Now()
 				_, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: id, Node: node, Network: "scale", IfName: "eth0"}, Sets: [][]string{{"scale"}}})
@@ -52,7 +52,7 @@ func scaleBench(ctx context.Context, ep string, cli *clientv3.Client, open func(
 				if err != nil {
 					log.Fatalf("scale ADD: %v", err)
 				}
-				if _, err := a.Release(ctx, id); err != nil {
+				if _, err := a.Release(ctx, node, id); err != nil {
 					log.Fatalf("scale DEL: %v", err)
 				}
 				return lat
@@ -77,19 +77,12 @@ func scaleBench(ctx context.Context, ep string, cli *clientv3.Client, open func(
 	}
 }
 
-// preload writes nodes x pods allocations: per node two claimed blocks with
-// their affinities and one handle per pod, plus the pool.
-func preload(ctx context.Context, cli *clientv3.Client, prefix string, nodes, pods int) int {
+// preload writes nodes x pods allocations through the typed store: the
+// pool, then per node its blocks' claims and its object holding the
+// blocks and one handle record per pod. It returns the addresses stored.
+func preload(ctx context.Context, s store.Store, nodes, pods int) int {
 	pool := ipam.Pool{Name: "scale", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26, Origin: "cli"}
-	key := func(k string) string { return prefix + "/" + k }
-	mustJSON := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			log.Fatal(err)
-		}
-		return string(b)
-	}
-	if _, err := cli.Put(ctx, key(allocator.PoolKey(pool.Name)), mustJSON(pool)); err != nil {
+	if _, err := s.CreatePool(ctx, store.Pool{Spec: pool}); err != nil {
 		log.Fatal(err)
 	}
 	first, last := pool.BlockSpan()
@@ -104,14 +97,16 @@ func preload(ctx context.Context, cli *clientv3.Client, prefix string, nodes, po
 	for range 8 {
 		wg.Go(func() {
 			for nd := range work {
-				node := fmt.Sprintf("node-%05d", nd)
-				var ops []clientv3.Op
+				obj := store.Node{Name: fmt.Sprintf("node-%05d", nd)}
 				left := pods
 				for b := range perNode {
 					cidr := pool.BlockAt(first + uint64(nd*perNode+b))
-					blk := ipam.NewBlock(pool, cidr, node)
+					if _, err := s.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: pool.Name, CIDR: cidr}, Node: obj.Name}); err != nil {
+						log.Fatalf("scale preload: %v", err)
+					}
+					blk := ipam.NewBlock(pool, cidr, obj.Name)
 					for left > 0 {
-						cid := fmt.Sprintf("%s-%d", node, left)
+						cid := fmt.Sprintf("%s-%d", obj.Name, left)
 						id := ipam.HandleID("scale", cid, "eth0")
 						nb, addr, err := blk.Assign(pool, id)
 						if err != nil {
@@ -119,24 +114,18 @@ func preload(ctx context.Context, cli *clientv3.Client, prefix string, nodes, po
 						}
 						blk = nb
 						left--
-						h := ipam.Handle{ID: id, Network: "scale", ContainerID: cid, IfName: "eth0", Node: node,
+						obj.Handles = append(obj.Handles, ipam.Handle{ID: id, Network: "scale", ContainerID: cid, IfName: "eth0", Node: obj.Name,
 							Namespace: "default", Pod: fmt.Sprintf("pod-%d", left), Created: time.Now().UTC(),
-							IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}}
-						ops = append(ops, clientv3.OpPut(key(allocator.HandleKey(id)), mustJSON(h)))
+							IPs: []ipam.HandleIP{{Addr: addr, Pool: pool.Name, Block: cidr}}})
 					}
-					ops = append(ops, clientv3.OpPut(key(allocator.BlockKey(pool.Name, cidr)), mustJSON(blk)),
-						clientv3.OpPut(key(allocator.AffinityKey(node, pool.Name, cidr)), allocator.BlockKey(pool.Name, cidr)))
+					obj.Blocks = append(obj.Blocks, blk)
+				}
+				if _, err := s.CreateNode(ctx, obj); err != nil {
+					log.Fatalf("scale preload: %v", err)
 				}
 				mu.Lock()
 				total += pods - left
 				mu.Unlock()
-				for len(ops) > 0 {
-					k := min(len(ops), 120)
-					if _, err := cli.Txn(ctx).Then(ops[:k]...).Commit(); err != nil {
-						log.Fatalf("scale preload: %v", err)
-					}
-					ops = ops[k:]
-				}
 			}
 		})
 	}
