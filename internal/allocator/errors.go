@@ -23,4 +23,16 @@ var (
 	// ErrCorrupt means a stored value could not be decoded, or a block is
 	// inconsistent (ipam.Block.Validate) and is refused rather than used.
 	ErrCorrupt = errors.New("corrupt datastore value")
+	// ErrHandleChanged means a handle is not what the caller observed any
+	// more: it was released, or released and allocated again, or
+	// rewritten. Nothing was released.
+	ErrHandleChanged = errors.New("handle changed since it was observed")
+	// ErrHolderChanged means an address is no longer held by the handle
+	// the caller checked before asking to release it.
+	ErrHolderChanged = errors.New("address is no longer held by that handle")
+	// ErrTakeoverRefused means the observed handle may not be taken over
+	// by the request: it is not an earlier sandbox of the same pod and
+	// interface on the same node, or its addresses do not satisfy the
+	// request exactly. Nothing was changed.
+	ErrTakeoverRefused = errors.New("allocation may not be taken over")
 )
