@@ -65,13 +65,14 @@ var killBackends = []killBackend{
 // round the leftovers are reclaimed the two ways an operator has: on
 // node-a the runtime's CNI GC with the ADDs that printed a result as its
 // valid attachments; on node-b `ipkeeperctl gc`, which releases handles
-// whose network namespace is gone (each ADD there names a file standing
-// for its namespace, removed unless the ADD printed a result) and adopts
-// blocks claimed by killed ADDs. Then `ipkeeperctl check` is clean (no
+// whose network namespace is gone (each ADD there gets a real namespace,
+// deleted unless the ADD printed a result) and adopts blocks claimed by
+// killed ADDs. Then `ipkeeperctl check` is clean (no
 // address with two holders, no orphan claim, no dangling loan), every ADD
 // that printed a result still holds both its addresses (durable before
 // printed), and nothing else is held.
 func TestKill9(t *testing.T) {
+	needRoot(t)
 	needIpkeeper(t)
 	needKubeSibling(t)
 	needCtl(t)
@@ -94,9 +95,9 @@ func kill9(t *testing.T, b killBackend) {
 	if err := os.WriteFile(ctlConf, conf("node-b"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// node-b's ADDs name a file each as their network namespace: it
-	// exists while the "pod" lives.
-	netnsDir := t.TempDir()
+	// node-b's ADDs get a network namespace each, which exists while the
+	// "pod" lives.
+	nsOf := map[string]string{} // container ID -> namespace name
 	const perRound = 10
 	// The kills fall anywhere from the start to past the end of a round
 	// (perRound processes, half of them on one node, where they take
@@ -130,13 +131,8 @@ func kill9(t *testing.T, b killBackend) {
 			}
 			node := nodes[i%2]
 			netns := anyNetNS
-			if node == "node-b" {
-				netns = filepath.Join(netnsDir, id)
-				if verb == "ADD" {
-					if err := os.WriteFile(netns, nil, 0o600); err != nil {
-						t.Fatal(err)
-					}
-				}
+			if node == "node-b" && verb == "ADD" {
+				netns = podNetns(t, id, nsOf)
 			}
 			wg.Go(func() {
 				cmd := exec.Command(ipkeeperBin)
@@ -191,11 +187,12 @@ func kill9(t *testing.T, b killBackend) {
 		if out := ipamRun(t, "GC", "", withValid(t, conf("node-a"), valid)); out.ExitCode != 0 {
 			t.Fatalf("round %d: GC on node-a failed:\n%v", r, out)
 		}
-		// node-b: the namespaces of ADDs that printed nothing are gone.
-		files, _ := os.ReadDir(netnsDir)
-		for _, f := range files {
-			if printed["kill."+f.Name()+".eth0"] == "" {
-				_ = os.Remove(filepath.Join(netnsDir, f.Name()))
+		// node-b: the namespaces of pods whose ADD printed nothing (or
+		// that died) are gone.
+		for id, ns := range nsOf {
+			if printed["kill."+id+".eth0"] == "" {
+				deleteNetns(t, ns)
+				delete(nsOf, id)
 			}
 		}
 		ctl(t, ctlConf, "gc", "--node", "node-b")
@@ -204,10 +201,41 @@ func kill9(t *testing.T, b killBackend) {
 		}
 		checkAfterKills(t, ds, printed)
 	}
+	byNode := map[string]int{}
+	for _, n := range printed {
+		byNode[n]++
+	}
+	t.Logf("%s: printed ADDs held at the end per node: %v", b.name, byNode)
 	t.Logf("%s: kills within %v (%d × one ADD alone); %d of %d plugin processes killed mid-run, %d finished; %d printed ADD results checked durable; %d finished ADDs forgotten and reclaimed",
 		b.name, maxDelay, perRound, killed, b.rounds*perRound, finished, len(printed), leaked)
-	if killed == 0 || finished == 0 || leaked == 0 {
+	if killed == 0 || finished == 0 || leaked == 0 || byNode["node-b"] == 0 {
 		t.Fatal("every process was killed, or none: the test tested nothing")
+	}
+}
+
+// podNetns creates a network namespace for the container id's pod,
+// records it in nsOf and deletes it when the test ends (unless deleted
+// before); it returns its path.
+func podNetns(t *testing.T, id string, nsOf map[string]string) string {
+	t.Helper()
+	name := netnsName("kill")
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	nsOf[id] = name
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join("/var/run/netns", name)); err == nil {
+			deleteNetns(t, name)
+		}
+	})
+	return filepath.Join("/var/run/netns", name)
+}
+
+// deleteNetns deletes a named network namespace: its pod died.
+func deleteNetns(t *testing.T, name string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+		t.Errorf("ip netns delete %s: %v: %s", name, err, out)
 	}
 }
 
