@@ -1,0 +1,283 @@
+// Command kube-bench measures ADD through the Kubernetes API as real CNI
+// plugin processes (one exec per call, CNI_* environment and the
+// configuration on stdin, as a runtime runs them), in one run against one
+// real kube-apiserver (internal/kubetest: the cached build, the CRDs and
+// RBAC of deploy/ applied), and prints a table; numbers are printed,
+// never asserted:
+//
+//   - ipkeeper kubernetes: the ipkeeper plugin on the kubernetes datastore
+//     (it execs its sibling ipkeeper-kube), authenticated as the node
+//     ServiceAccount kube-system/ipkeeper-node with the shipped RBAC;
+//   - ipkeeper etcd: the same plugin on the etcd datastore of an embedded
+//     etcd (etcdtest);
+//   - whereabouts: whereabouts (-whereabouts-version, v0.9.x) built from
+//     its Go module into a cache keyed by version, its CRDs applied from
+//     the module's doc/crds/, with the admin kubeconfig.
+//
+// For each concurrency of -conc, each mode runs a cell: -n ADDs, -conc
+// processes at a time, attachment i on node i mod -nodes (its nodeName,
+// and a node lock directory of its own, as on separate machines), with a
+// unique container ID and pod (CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME)
+// per call; then a DEL of every attachment that was added. Each cell has
+// a fresh partition (ipkeeper: prefix; whereabouts: a /16 of its own,
+// whose IPPool is deleted afterwards), so cells are independent. A cell
+// gets -cell-timeout per phase; one that crawls is cut off and prints what
+// was done. Then the goal ratios, and -goal-adds ADDs over the nodes on
+// the kubernetes datastore at the concurrency that had the best ADD/s (in
+// a fresh partition of its own, not deleted: it is the last run).
+//
+//	IPKEEPER_KUBE_APISERVER=$(scripts/kube-apiserver.sh) go run ./test/bench/kube [-bin bin] [-n 100] [-conc 1,8,64]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
+)
+
+var (
+	flagBin         = flag.String("bin", "", "directory holding ipkeeper and ipkeeper-kube (default: go build both into a temporary directory)")
+	flagN           = flag.Int("n", 100, "ADDs per cell")
+	flagConc        = flag.String("conc", "1,8,64", "concurrencies, comma-separated")
+	flagNodes       = flag.Int("nodes", 20, "nodes the ADDs are spread over")
+	flagCellTimeout = flag.Duration("cell-timeout", 60*time.Second, "time limit of a cell's ADDs, and again of its DELs")
+	flagGoalAdds    = flag.Int("goal-adds", 1000, "ADDs of the goal run on the kubernetes datastore (0: skip it)")
+	flagGoalTimeout = flag.Duration("goal-timeout", 3*time.Minute, "time limit of the goal run")
+	flagWAVersion   = flag.String("whereabouts-version", "v0.9.2", "whereabouts module version")
+	flagWABin       = flag.String("whereabouts", "", "whereabouts binary (default: built from the module into the cache)")
+	flagModes       = flag.String("modes", "", "comma-separated mode names to run (default: all)")
+)
+
+// Mode names; the goal ratios refer to them.
+const (
+	modeKube = "ipkeeper kubernetes"
+	modeEtcd = "ipkeeper etcd"
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	concs, err := parseConcs(*flagConc)
+	if err != nil || *flagN <= 0 || *flagNodes <= 0 || *flagNodes > 99 {
+		log.Fatalf("-conc %q (%v), -n %d, -nodes %d (1..99): bad flags", *flagConc, err, *flagN, *flagNodes)
+	}
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "kube-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+
+	binDir := *flagBin
+	if binDir == "" {
+		root, err := cnirun.RepoRoot()
+		if err != nil {
+			log.Fatal(err)
+		}
+		binDir = filepath.Join(tmp, "bin")
+		if err := cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	ipk := filepath.Join(binDir, "ipkeeper")
+	for _, b := range []string{ipk, filepath.Join(binDir, "ipkeeper-kube")} {
+		if _, err := os.Stat(b); err != nil {
+			log.Fatalf("%v (ipkeeper-kube must sit next to ipkeeper; make build)", err)
+		}
+	}
+
+	t0 := time.Now()
+	srv, err := kubetest.StartMain()
+	if err != nil {
+		log.Fatalf("start kube-apiserver (set IPKEEPER_KUBE_APISERVER or run `make kube-apiserver`): %v", err)
+	}
+	defer srv.Stop()
+	ety, err := etcdtest.Start(filepath.Join(tmp, "etcd"), nil)
+	if err != nil {
+		log.Fatalf("start embedded etcd: %v", err)
+	}
+	defer ety.Close()
+	nodeKC, err := serviceAccountKubeconfig(ctx, srv, tmp, "kube-system", "ipkeeper-node")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("kube-apiserver %s and the etcd datastore's embedded etcd %s up in %v\n", srv.URL, ety.Endpoint, time.Since(t0).Round(time.Millisecond))
+
+	all := []*mode{
+		ipkeeperMode(modeKube, ipk, tmp, func(cell int) map[string]any {
+			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC, "prefix": fmt.Sprintf("bk-%d", cell)}
+		}),
+		ipkeeperMode(modeEtcd, ipk, tmp, func(cell int) map[string]any {
+			return map[string]any{"type": "etcd", "endpoints": []string{ety.Endpoint}, "prefix": fmt.Sprintf("/bench-kube-%d", cell)}
+		}),
+	}
+	waName := "whereabouts " + *flagWAVersion
+	if wanted(waName) {
+		wa, err := setupWhereabouts(ctx, srv, tmp, waName)
+		if err != nil {
+			log.Fatal(err)
+		}
+		all = append(all, wa)
+	}
+	var modes []*mode
+	for _, m := range all {
+		if wanted(m.name) {
+			modes = append(modes, m)
+		}
+	}
+	la, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("%s: ipkeeper on the kubernetes datastore as ServiceAccount kube-system/ipkeeper-node (deploy/ RBAC)\n", modeKube)
+	fmt.Printf("%s: the same binary on the embedded etcd\n", modeEtcd)
+	fmt.Printf("%s: on the same kube-apiserver with the ADMIN kubeconfig (system:masters), its CRDs from the module's doc/crds/\n", waName)
+	fmt.Printf("%d ADDs per cell over %d nodes, then DEL of each; cell phase limit %v; %d CPUs, load %s\n\n",
+		*flagN, *flagNodes, *flagCellTimeout, runtime.NumCPU(), strings.Join(strings.Fields(string(la))[:3], " "))
+
+	// Warm the page cache and each backend's first connection: a few
+	// unmeasured calls per mode.
+	cell := 0
+	for _, m := range modes {
+		r, err := runCell(ctx, m, cell, 1, 2, *flagNodes, *flagCellTimeout, true)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if r.add.res.N == 0 {
+			log.Fatalf("%s: warm-up ADDs failed: %s", m.name, r.add.firstErr)
+		}
+	}
+
+	printHeader()
+	results := map[string]map[int]cellResult{}
+	for _, c := range concs {
+		for _, m := range modes {
+			cell++
+			r, err := runCell(ctx, m, cell, c, *flagN, *flagNodes, *flagCellTimeout, true)
+			if err != nil {
+				log.Fatal(err)
+			}
+			printRow(r)
+			if results[m.name] == nil {
+				results[m.name] = map[int]cellResult{}
+			}
+			results[m.name][c] = r
+		}
+	}
+	printGoals(results, waName, concs)
+
+	kube := results[modeKube]
+	if *flagGoalAdds > 0 && kube != nil {
+		best := concs[0]
+		for _, c := range concs {
+			if kube[c].add.res.Rate() > kube[best].add.res.Rate() {
+				best = c
+			}
+		}
+		cell++
+		var km *mode
+		for _, m := range modes {
+			if m.name == modeKube {
+				km = m
+			}
+		}
+		r, err := runCell(ctx, km, cell, best, *flagGoalAdds, *flagNodes, *flagGoalTimeout, false)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("\n%d ADDs over %d nodes on the kubernetes datastore at concurrency %d (the best ADD/s above; a fresh partition, no DEL after):\n",
+			*flagGoalAdds, *flagNodes, best)
+		printHeader()
+		printRow(r)
+		fmt.Printf("time for %d ADDs: %.2fs, %d succeeded (goal: < 10 s)\n", *flagGoalAdds, r.add.res.Wall.Seconds(), r.add.res.N)
+	}
+}
+
+// ipkeeperMode runs the ipkeeper plugin with the datastore ds(cell) gives:
+// a /16 pool (the default block size), the call's node as nodeName, and a
+// node lock directory per node.
+func ipkeeperMode(name, bin, tmp string, ds func(cell int) map[string]any) *mode {
+	return &mode{
+		name: name,
+		bin:  bin,
+		prepare: func(_ context.Context, cell int) (callFunc, error) {
+			confs := make([][]byte, *flagNodes)
+			locks := make([]string, *flagNodes)
+			for n := range confs {
+				locks[n] = filepath.Join(tmp, "lock", strings.ReplaceAll(name, " ", "-"), nodeName(n))
+				if err := os.MkdirAll(locks[n], 0o700); err != nil {
+					return nil, err
+				}
+				b, err := jsonConf(map[string]any{"cniVersion": "1.0.0", "name": "bench", "type": "bridge",
+					"ipam": map[string]any{"type": "ipkeeper", "nodeName": nodeName(n), "datastore": ds(cell),
+						"ranges": []any{[]any{map[string]any{"subnet": "10.64.0.0/16"}}}}})
+				if err != nil {
+					return nil, err
+				}
+				confs[n] = b
+			}
+			return func(node int, id string) cnirun.Call {
+				return cnirun.Call{ContainerID: id, NetNS: "/var/run/netns/" + id, IfName: "eth0", Args: podArgs(id),
+					Stdin: confs[node], Env: []string{"IPKEEPER_LOCK_DIR=" + locks[node]}}
+			}, nil
+		},
+	}
+}
+
+// setupWhereabouts fetches the module, builds (or reuses) the binary and
+// applies its CRDs.
+func setupWhereabouts(ctx context.Context, srv *kubetest.Server, tmp, name string) (*mode, error) {
+	src, err := whereaboutsSource(ctx, *flagWAVersion)
+	if err != nil {
+		return nil, err
+	}
+	bin := *flagWABin
+	if bin == "" {
+		if bin, err = whereaboutsBinary(ctx, src, *flagWAVersion); err != nil {
+			return nil, err
+		}
+	}
+	if err := applyWhereaboutsCRDs(ctx, srv, src); err != nil {
+		return nil, err
+	}
+	m, err := whereaboutsMode(bin, tmp, srv)
+	if err != nil {
+		return nil, err
+	}
+	m.name = name
+	fmt.Printf("whereabouts: %s (CRDs from %s)\n", bin, filepath.Join(src, "doc", "crds"))
+	return m, nil
+}
+
+// wanted reports whether -modes selects the mode called name.
+func wanted(name string) bool {
+	if *flagModes == "" {
+		return true
+	}
+	for _, m := range strings.Split(*flagModes, ",") {
+		if strings.TrimSpace(m) == name || strings.HasPrefix(name, strings.TrimSpace(m)+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+func parseConcs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c <= 0 {
+			return nil, fmt.Errorf("concurrency %q", f)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
+)
+
+func jsonConf(v any) ([]byte, error) { return json.Marshal(v) }
+
+func printHeader() {
+	fmt.Printf("%-22s %5s %11s %8s %9s %9s %8s %9s  %s\n", "mode", "conc", "ADD ok/n", "ADD/s", "ADD p50", "ADD p99", "DEL/s", "DEL p50", "notes")
+}
+
+func printRow(r cellResult) {
+	var notes []string
+	note := func(what string, p phase) {
+		if p.timedOut {
+			notes = append(notes, fmt.Sprintf("%s cut off at the limit after %d of %d", what, p.res.N, p.attempts))
+		}
+		if p.failed > 0 {
+			notes = append(notes, fmt.Sprintf("%d %s failed, first: %s", p.failed, what, p.firstErr))
+		}
+	}
+	note("ADD", r.add)
+	note("DEL", r.del)
+	if r.dups > 0 {
+		notes = append(notes, fmt.Sprintf("%d addresses handed out twice", r.dups))
+	}
+	if r.clean != "" {
+		notes = append(notes, "cleanup: "+r.clean)
+	}
+	fmt.Printf("%-22s %5d %11s %8s %9s %9s %8s %9s  %s\n", r.mode, r.conc, fmt.Sprintf("%d/%d", r.add.res.N, r.add.attempts),
+		rate(r.add.res), ms(r.add.res, 50), ms(r.add.res, 99), rate(r.del.res), ms(r.del.res, 50), strings.Join(notes, "; "))
+}
+
+// rate is a phase's calls/s, "-" without any.
+func rate(r latency.Result) string {
+	if r.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", r.Rate())
+}
+
+// ms is a phase's p-th percentile, "-" without any call.
+func ms(r latency.Result, p float64) string {
+	if r.N == 0 {
+		return "-"
+	}
+	return latency.Ms(r.Pct(p))
+}
+
+// printGoals prints issue 9's ratios from the cells that ran.
+func printGoals(results map[string]map[int]cellResult, waName string, concs []int) {
+	fmt.Println("\ngoals:")
+	kube, etcd, wa := results[modeKube], results[modeEtcd], results[waName]
+	if kube != nil && wa != nil && slices.Contains(concs, 8) {
+		k, w := kube[8].add.res.Rate(), wa[8].add.res.Rate()
+		fmt.Printf("  ADD/s at concurrency 8, %s / %s: %.1f / %.1f = %.1fx (goal >= 20x)\n", modeKube, waName, k, w, k/w)
+	} else {
+		fmt.Printf("  ADD/s ratio to whereabouts at concurrency 8: not measured (needs both modes and -conc with 8)\n")
+	}
+	if kube != nil && etcd != nil {
+		for _, c := range concs {
+			k, e := kube[c].add.res.Pct(50), etcd[c].add.res.Pct(50)
+			fmt.Printf("  ADD p50 at concurrency %d, %s / %s: %s / %s = %.2fx (goal <= 2x)\n", c, modeKube, modeEtcd,
+				latency.Ms(k), latency.Ms(e), float64(k)/float64(e))
+		}
+	}
+}
