@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui bench-storage image clean
+.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui bench-storage bench-kube image clean
 
 all: build
 
@@ -135,6 +135,15 @@ bench-webui:
 BENCH_STORAGE_FLAGS ?=
 bench-storage: kube-apiserver
 	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) run ./test/bench/storage $(BENCH_STORAGE_FLAGS)
+
+# ADD (then DEL) through the Kubernetes API as plugin processes at
+# concurrency 1/8/64 over 20 nodes, one kube-apiserver: ipkeeper on the
+# kubernetes datastore (node ServiceAccount), on an embedded etcd, and
+# whereabouts (built from its module once into ~/.cache/ipkeeper, admin
+# kubeconfig); the goal ratios and 1 000 ADDs. BENCH_KUBE_FLAGS="-n 300".
+BENCH_KUBE_FLAGS ?=
+bench-kube: build kube-apiserver
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) run ./test/bench/kube -bin $(BIN) $(BENCH_KUBE_FLAGS)
 
 # The container image as an OCI layout in bin/oci, built without a container
 # daemon (static binaries in /usr/local/bin; see deploy/Dockerfile).
