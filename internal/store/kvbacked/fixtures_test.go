@@ -87,9 +87,9 @@ func onlyFirstLayout(t *testing.T, s kv.Store) {
 	}
 }
 
-// The bbolt file and the etcd dump the previous version's allocator wrote
-// when it ran in production (checked in: they keep testing the migration
-// independently of package firstlayout) migrate
+// The bbolt file and the etcd dump writeFirstLayout wrote while the
+// first-layout allocator was the production one (checked in: they keep
+// testing the migration independently of package firstlayout) migrate
 // with every handle, address and block the same through the typed store,
 // the pools fenced, and a second run changes nothing.
 func TestMigrateCheckedInFirstLayout(t *testing.T) {
