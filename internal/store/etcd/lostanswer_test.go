@@ -18,6 +18,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // dropProxy is an HTTP proxy on loopback in front of the test's etcd. For
@@ -214,19 +215,22 @@ func TestLostAnswerKV(t *testing.T) {
 	}
 }
 
-// Allocations whose commit answer is lost, IPv4 and IPv6: one that applied
-// returns its address (the one the store holds, held once); one whose
-// commit lost to a concurrent allocation of the same address (conflict,
-// not applied) is retried and returns another address, never the one the
-// other handle holds. A release whose answer is lost is a release.
+// Allocations whose commit answer is lost, IPv4 and IPv6, on the typed
+// store kept in etcd (kvbacked): one that applied returns its address (the
+// one the store holds, held once); one whose node object write lost to a
+// concurrent allocation of the same address (conflict, not applied) is
+// retried and returns another address, never the one the other handle
+// holds. A release whose answer is lost is a release.
 func TestLostAnswerAllocation(t *testing.T) {
 	for _, fam := range []struct{ name, cidr string }{{"v4", "10.66.0.0/24"}, {"v6", "fd66::/120"}} {
 		t.Run(fam.name, func(t *testing.T) {
 			ctx := t.Context()
 			p, via, direct := proxied(t, fmt.Sprintf("/lostalloc%d", prefixes.Add(1)))
+			// The typed stores own via and direct, which proxied closes.
+			typed := kvbacked.New(direct)
 			cidr := netip.MustParsePrefix(fam.cidr)
 			pool := ipam.Pool{Name: "p", CIDR: cidr, BlockSize: cidr.Addr().BitLen() - 4, Origin: "cli"}
-			other := allocator.New(direct, nil)
+			other := allocator.NewStoreAllocator(typed, nil)
 			if err := other.CreatePool(ctx, pool); err != nil {
 				t.Fatal(err)
 			}
@@ -235,11 +239,11 @@ func TestLostAnswerAllocation(t *testing.T) {
 					Sets: [][]string{{"p"}}}
 			}
 			// The node's block exists; the next allocations take its
-			// FIFO's head.
+			// FIFO's head, each in one write of node-a's object.
 			if _, err := other.Allocate(ctx, req("seed")); err != nil {
 				t.Fatal(err)
 			}
-			a := allocator.New(via, nil)
+			a := allocator.NewStoreAllocator(kvbacked.New(via), nil)
 
 			// Applied, answer lost.
 			p.dropNext(nil, nil)
@@ -247,7 +251,7 @@ func TestLostAnswerAllocation(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Allocate whose commit answer was lost: %v", err)
 			}
-			stored, ok, err := other.Handle(ctx, h1.ID)
+			stored, ok, err := other.Handle(ctx, "node-a", h1.ID)
 			if err != nil || !ok || len(stored.IPs) != 1 || stored.IPs[0].Addr != h1.IPs[0].Addr {
 				t.Fatalf("Allocate returned %v, the store holds %+v (%v, %v)", h1.IPs, stored.IPs, ok, err)
 			}
@@ -264,26 +268,26 @@ func TestLostAnswerAllocation(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Allocate that lost a race, answer lost: %v", err)
 			}
-			if h2.IPs[0].Addr == racer.IPs[0].Addr {
-				t.Fatalf("c2 was handed %s, which racer holds", h2.IPs[0].Addr)
+			if len(racer.IPs) != 1 || h2.IPs[0].Addr == racer.IPs[0].Addr {
+				t.Fatalf("c2 was handed %v, racer holds %v", h2.IPs, racer.IPs)
 			}
-			stored, ok, err = other.Handle(ctx, h2.ID)
+			stored, ok, err = other.Handle(ctx, "node-a", h2.ID)
 			if err != nil || !ok || stored.IPs[0].Addr != h2.IPs[0].Addr {
 				t.Fatalf("Allocate returned %v, the store holds %+v (%v, %v)", h2.IPs, stored.IPs, ok, err)
 			}
 
 			// A release whose answer is lost.
 			p.dropNext(nil, nil)
-			if _, err := a.Release(ctx, h1.ID); err != nil {
+			if _, err := a.Release(ctx, "node-a", h1.ID); err != nil {
 				t.Fatalf("Release whose answer was lost: %v", err)
 			}
-			if _, ok, err := other.Handle(ctx, h1.ID); err != nil || ok {
+			if _, ok, err := other.Handle(ctx, "node-a", h1.ID); err != nil || ok {
 				t.Fatalf("released handle still there: %v %v", ok, err)
 			}
 			if n := p.droppedCount(); n != 3 {
 				t.Fatalf("the proxy dropped %d answers, want 3: the test tested nothing", n)
 			}
-			rep, err := consistency.Check(ctx, direct)
+			rep, err := consistency.CheckStore(ctx, typed)
 			if err != nil {
 				t.Fatal(err)
 			}
