@@ -130,8 +130,9 @@ bench-webui:
 	$(GO) run ./test/bench/webui -nodes 5000 -pods 110
 
 # Allocation on the v2 storage contract on a bbolt file, embedded etcd and a
-# kube-apiserver, against today's allocator on the same etcd, cold (a
-# process per operation) and warm (a long-lived process), with ratios.
+# kube-apiserver, against raw etcd (one CAS of a node's key per ADD and per
+# DEL) on the same etcd, cold (a process per operation) and warm (a
+# long-lived process), with ratios.
 BENCH_STORAGE_FLAGS ?=
 bench-storage: kube-apiserver
 	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) run ./test/bench/storage $(BENCH_STORAGE_FLAGS)
