@@ -36,6 +36,7 @@ type phase struct {
 	failed   int            // calls that ran and failed (exit code, no address)
 	timedOut bool           // the cell's time ran out first
 	firstErr string         // the first failure, for the printout
+	cost     costs          // what the phase's calls cost (zero without a meter)
 }
 
 // cellResult is the ADDs of a cell, then the DELs of what they allocated.
@@ -132,6 +133,10 @@ func runPhase(ctx context.Context, bin, verb string, conc int, timeout time.Dura
 			p.firstErr = msg
 		}
 	}
+	var before costs
+	if meter != nil {
+		before = meter()
+	}
 	start := time.Now()
 	for range min(conc, count) {
 		wg.Go(func() {
@@ -173,6 +178,9 @@ feed:
 	wg.Wait()
 	p.timedOut = ctx.Err() != nil
 	p.res = latency.Result{N: len(lats), Wall: time.Since(start), Lat: lats}
+	if meter != nil {
+		p.cost = meter().sub(before)
+	}
 	return p
 }
 

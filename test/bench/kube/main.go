@@ -112,6 +112,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if meter, err = newMeter(srv); err != nil {
+		log.Fatal(err)
+	}
 	fmt.Printf("kube-apiserver %s and the etcd datastore's embedded etcd %s up in %v\n", srv.URL, ety.Endpoint, time.Since(t0).Round(time.Millisecond))
 
 	all := []*mode{

@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 func jsonConf(v any) ([]byte, error) { return json.Marshal(v) }
 
+// printHeader prints the column names; the last three are per ADD call:
+// CPU of the plugin processes (ipkeeper-kube included), CPU of the
+// kube-apiserver, and resource requests the API server served.
 func printHeader() {
-	fmt.Printf("%-22s %5s %11s %8s %9s %9s %8s %9s  %s\n", "mode", "conc", "ADD ok/n", "ADD/s", "ADD p50", "ADD p99", "DEL/s", "DEL p50", "notes")
+	fmt.Printf("%-22s %5s %11s %8s %9s %9s %8s %9s %10s %10s %8s  %s\n", "mode", "conc", "ADD ok/n", "ADD/s", "ADD p50", "ADD p99",
+		"DEL/s", "DEL p50", "plugin CPU", "apisrv CPU", "API req", "notes")
 }
 
 func printRow(r cellResult) {
@@ -33,8 +38,11 @@ func printRow(r cellResult) {
 	if r.clean != "" {
 		notes = append(notes, "cleanup: "+r.clean)
 	}
-	fmt.Printf("%-22s %5d %11s %8s %9s %9s %8s %9s  %s\n", r.mode, r.conc, fmt.Sprintf("%d/%d", r.add.res.N, r.add.attempts),
-		rate(r.add.res), ms(r.add.res, 50), ms(r.add.res, 99), rate(r.del.res), ms(r.del.res, 50), strings.Join(notes, "; "))
+	calls := float64(r.add.res.N + r.add.failed)
+	per := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000/calls) }
+	fmt.Printf("%-22s %5d %11s %8s %9s %9s %8s %9s %10s %10s %8.1f  %s\n", r.mode, r.conc, fmt.Sprintf("%d/%d", r.add.res.N, r.add.attempts),
+		rate(r.add.res), ms(r.add.res, 50), ms(r.add.res, 99), rate(r.del.res), ms(r.del.res, 50),
+		per(r.add.cost.plugin), per(r.add.cost.apiserver), r.add.cost.requests/calls, strings.Join(notes, "; "))
 }
 
 // rate is a phase's calls/s, "-" without any.

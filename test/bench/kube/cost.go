@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+)
+
+// costs is what a phase's calls cost beyond their latency: the CPU time of
+// the plugin processes (every child reaped, grandchildren such as
+// ipkeeper-kube included), of the kube-apiserver process, and the API
+// requests the server served.
+type costs struct {
+	plugin, apiserver time.Duration
+	requests          float64
+}
+
+func (c costs) sub(o costs) costs {
+	return costs{plugin: c.plugin - o.plugin, apiserver: c.apiserver - o.apiserver, requests: c.requests - o.requests}
+}
+
+// meter takes a costs snapshot; nil measures nothing.
+var meter func() costs
+
+// newMeter measures the plugin processes through RUSAGE_CHILDREN (the
+// kube-apiserver child is not reaped until the end, so it is not in it),
+// the kube-apiserver through /proc/PID/stat, and requests through the
+// server's apiserver_request_total (resource requests only: the bench's
+// own /metrics reads are not counted).
+func newMeter(srv *kubetest.Server) (func() costs, error) {
+	pid, err := childNamed("kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	return func() costs {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+		c := costs{plugin: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+		c.apiserver, _ = procCPU(pid)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if b, err := srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
+			c.requests = resourceRequests(b)
+		}
+		return c
+	}, nil
+}
+
+// childNamed finds this process's child whose command is name.
+func childNamed(name string) (int, error) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		if string(b[open+1:end]) == name && len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			return strconv.Atoi(strings.TrimSpace(string(b[:open])))
+		}
+	}
+	return 0, fmt.Errorf("no child process %q", name)
+}
+
+// procCPU is a process's user plus system CPU time from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command (which may hold spaces) in parentheses;
+	// utime and stime are fields 14 and 15 of the whole line.
+	rest := b[bytes.LastIndexByte(b, ')')+2:]
+	f := strings.Fields(string(rest))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const userHZ = 100 // the unit of /proc/PID/stat times on Linux
+	return time.Duration(ut+st) * time.Second / userHZ, nil
+}
+
+// resourceRequests sums apiserver_request_total over series with a
+// non-empty resource label.
+func resourceRequests(metrics []byte) float64 {
+	var sum float64
+	sc := bufio.NewScanner(bytes.NewReader(metrics))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `,resource="`) && !strings.Contains(line, `{resource="`) ||
+			strings.Contains(line, `,resource=""`) || strings.Contains(line, `{resource=""`) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
