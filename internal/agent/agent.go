@@ -28,6 +28,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ipkeeper/ipkeeper/internal/plugin"
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
 )
 
@@ -44,6 +45,10 @@ type Agent struct {
 	nodes      corelisters.NodeLister
 
 	startOnce sync.Once
+
+	// cni serves CNI verbs on the kubernetes datastore (EnableCNI); nil
+	// when the agent only answers lookups.
+	cni *plugin.Plugin
 }
 
 // New returns an agent for node that reads with client. Start starts its

@@ -141,6 +141,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer) error {
 		return err
 	}
 	a := New(client, o.NodeName, log)
+	a.EnableCNI(cfg)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a.Start(ctx)

@@ -17,6 +17,7 @@ import (
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+podinfo.AgentLookupPath, a.serveLookup)
+	mux.HandleFunc("POST "+podinfo.AgentCNIPath, a.serveCNI)
 	mux.HandleFunc("GET "+podinfo.AgentReadyPath, func(w http.ResponseWriter, _ *http.Request) {
 		if !a.Ready() {
 			writeJSON(w, http.StatusServiceUnavailable, podinfo.AgentError{Reason: podinfo.ReasonUnavailable, Message: "caches not synced yet"})

@@ -30,13 +30,16 @@ var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is no
 // when it does not apply (another datastore, a config the verbs will
 // refuse themselves) or fails. A config that does not mention
 // "kubernetes" anywhere cannot name that datastore and is not parsed
-// twice.
-func handOff(stdin []byte) error {
+// twice. early is Main's call, before the verb: a config that names the
+// node's agent (ipam.kubernetes.agentSocket) is left to the verb, which
+// forwards it to the agent and hands off only when the agent cannot
+// serve it.
+func handOff(stdin []byte, early bool) error {
 	if datastore.KubernetesLinked() || !bytes.Contains(stdin, []byte(config.DatastoreKubernetes)) {
 		return nil
 	}
 	conf, err := config.Parse(stdin)
-	if err != nil || conf.Datastore.Type != config.DatastoreKubernetes {
+	if err != nil || conf.Datastore.Type != config.DatastoreKubernetes || early && conf.AgentSocket != "" {
 		return nil
 	}
 	self, err := os.Executable()

@@ -61,7 +61,7 @@ func Main(about string) {
 	if os.Getenv("CNI_COMMAND") != "VERSION" {
 		stdin, err := boundStdin()
 		if err == nil {
-			err = handOff(stdin)
+			err = handOff(stdin, true)
 		}
 		if err != nil && os.Getenv("CNI_COMMAND") == "STATUS" {
 			exitWith(out, statusError(err))

@@ -36,6 +36,15 @@ type Plugin struct {
 	// deadline ends the verbs' context; zero means Timeout from the start
 	// of the verb.
 	deadline time.Time
+	// KubeAllocator, when set, serves kubernetes datastores instead of
+	// opening one per verb: ipkeeper-agent's long-lived allocator, which
+	// keeps its client, the node's object and the pools warm.
+	KubeAllocator func(ctx context.Context, ds config.Datastore) (*allocator.StoreAllocator, error)
+	// InContainer tells that the verbs run in a container (ipkeeper-agent)
+	// rather than on the host: an earlier sandbox's network namespace
+	// counts as gone only where the host's /var/run/netns is visible, and
+	// never by a /proc/PID path, whose PID is the host's.
+	InContainer bool
 }
 
 // New returns a plugin logging to stderr at the level named by
@@ -95,6 +104,13 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*
 			return nil, err
 		}
 	}
+	if p.KubeAllocator != nil && conf.Datastore.Type == config.DatastoreKubernetes {
+		alloc, err := p.KubeAllocator(ctx, conf.Datastore)
+		if err != nil {
+			return nil, err
+		}
+		return &session{conf: conf, alloc: alloc, close: func() {}, planned: planned}, nil
+	}
 	store, err := datastore.OpenStore(ctx, conf.Datastore, false)
 	if err != nil {
 		return nil, err
@@ -147,6 +163,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err := checkNetNS(args.Netns); err != nil {
 			return cniError(err)
 		}
+	}
+	if ok, err := p.forward("ADD", args); ok {
+		return asCNI(err, cniError)
 	}
 	var pa podAware
 	prepare := p.kubePrepare(args.StdinData, att, true, &pa)
@@ -211,6 +230,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 // after-the-fact check for DEL, which failed the call after the release
 // (and hung on a FIFO).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
+	if ok, err := p.forward("DEL", args); ok {
+		return asCNI(err, cniError)
+	}
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
 		freed, err := s.alloc.Release(ctx, s.conf.NodeName, id)
@@ -224,6 +246,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // Check verifies that the attachment's allocation exists and matches the
 // addresses of prevResult.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
+	if ok, err := p.forward("CHECK", args); ok {
+		return asCNI(err, cniError)
+	}
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
 		h, ok, err := s.alloc.Handle(ctx, s.conf.NodeName, id)
@@ -250,6 +275,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	attachments, err := config.GCAttachments(args.StdinData)
 	if err != nil {
 		return cniError(err)
+	}
+	if ok, err := p.forward("GC", args); ok {
+		return asCNI(err, cniError)
 	}
 	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
 		valid := make(map[string]bool, len(attachments))
@@ -282,6 +310,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // Status fails when the datastore is unusable or a range set has no pool
 // with a free address for this node.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
+	if ok, err := p.forward("STATUS", args); ok {
+		return asCNI(err, statusError)
+	}
 	var pa podAware
 	return p.withPreparedSession(args.StdinData, statusError, p.kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), status)
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -47,7 +50,7 @@ func (p *Plugin) takeOver(ctx context.Context, a *allocator.StoreAllocator, req 
 		return ipam.Handle{}, err
 	}
 	for _, c := range cands {
-		gone, why := netnsGone(c.Handle.NetNS)
+		gone, why := p.netnsGone(c.Handle.NetNS)
 		if !gone {
 			p.Log.Info("not taking over an earlier sandbox's addresses", "handle", c.Handle.ID,
 				"oldContainer", c.Handle.ContainerID, "newContainer", req.Handle.ContainerID, "reason", why)
@@ -69,6 +72,22 @@ func (p *Plugin) takeOver(ctx context.Context, a *allocator.StoreAllocator, req 
 		}
 	}
 	return ipam.Handle{}, exhausted
+}
+
+// netnsGone is netnsGone as seen from where the verbs run: in a
+// container (InContainer), a path counts as gone only when its directory
+// is visible there, and a /proc/PID path never does (the PID is the
+// host's; the container's /proc does not show it).
+func (p *Plugin) netnsGone(path string) (bool, string) {
+	if p.InContainer {
+		if strings.HasPrefix(path, "/proc/") {
+			return false, fmt.Sprintf("network namespace %s names a host process, which cannot be checked from the agent's container", path)
+		}
+		if _, err := os.Stat(filepath.Dir(path)); err != nil {
+			return false, fmt.Sprintf("network namespace %s cannot be checked from the agent's container (%s is not visible: %v)", path, filepath.Dir(path), err)
+		}
+	}
+	return netnsGone(path)
 }
 
 // handleAddrs lists a handle's addresses.

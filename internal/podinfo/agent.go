@@ -159,6 +159,12 @@ func (a *AgentClient) Ready(ctx context.Context) error {
 
 // get GETs path from the agent into dst (nil: the status alone counts).
 func (a *AgentClient) get(ctx context.Context, path string, dst any) error {
+	return a.do(ctx, "GET", path, nil, agentTimeout, dst)
+}
+
+// do sends one request (a JSON body when body is not nil) and decodes a
+// 200 answer into dst; timeout bounds the whole exchange.
+func (a *AgentClient) do(ctx context.Context, method, path string, body []byte, timeout time.Duration, dst any) error {
 	if err := checkSocket(a.socket); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
 	}
@@ -169,14 +175,18 @@ func (a *AgentClient) get(ctx context.Context, path string, dst any) error {
 		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
 	}
 	defer conn.Close()
-	deadline := time.Now().Add(agentTimeout)
+	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: ipkeeper-agent\r\nUser-Agent: ipkeeper-cni\r\nConnection: close\r\n\r\n", path); err != nil {
+	head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: ipkeeper-agent\r\nUser-Agent: ipkeeper-cni\r\nConnection: close\r\n", method, path)
+	if body != nil {
+		head += fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	}
+	if _, err := conn.Write(append([]byte(head+"\r\n"), body...)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrAgentUnreachable, a.socket, err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -184,24 +194,24 @@ func (a *AgentClient) get(ctx context.Context, path string, dst any) error {
 		return fmt.Errorf("%w: %s: reading the answer: %w", ErrAgentUnreachable, a.socket, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return fmt.Errorf("%w: %s: reading the answer: %w", ErrAgentUnreachable, a.socket, err)
 	}
-	if len(body) > maxBody {
+	if len(answer) > maxBody {
 		return fmt.Errorf("%w: ipkeeper agent at %s: the answer is larger than %d bytes", ErrUnavailable, a.socket, maxBody)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e AgentError
-		if json.Unmarshal(body, &e) != nil || e.Reason == "" {
-			e = AgentError{Reason: fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(body[:min(len(body), 200)]))}
+		if json.Unmarshal(answer, &e) != nil || e.Reason == "" {
+			e = AgentError{Reason: fmt.Sprint(resp.StatusCode), Message: strings.TrimSpace(string(answer[:min(len(answer), 200)]))}
 		}
 		return e.Err(a.socket)
 	}
 	if dst == nil {
 		return nil
 	}
-	if err := json.Unmarshal(body, dst); err != nil {
+	if err := json.Unmarshal(answer, dst); err != nil {
 		return fmt.Errorf("%w: ipkeeper agent at %s: undecodable answer: %w", ErrUnavailable, a.socket, err)
 	}
 	return nil

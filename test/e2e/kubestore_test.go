@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ipkeeper/ipkeeper/internal/agent/agenttest"
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
@@ -188,4 +189,93 @@ func withValid(t *testing.T, conf []byte, valid []types.GCAttachment) []byte {
 	}
 	m["cni.dev/valid-attachments"] = valid
 	return mustJSON(t, m)
+}
+
+// TestKubernetesDatastoreAgent: with ipam.kubernetes.agentSocket, the
+// plugin hands its verbs on the kubernetes datastore to the node's
+// ipkeeper-agent (real binaries, the node ServiceAccount's RBAC): a
+// plugin with no ipkeeper-kube beside it allocates, repeats, checks,
+// reports status, collects and releases through the agent; a config of
+// another node is refused with 7; once the agent is killed the plugin
+// falls back to ipkeeper-kube (11 naming it when it is missing).
+func TestKubernetesDatastoreAgent(t *testing.T) {
+	needIpkeeper(t)
+	needKubeSibling(t)
+	needAgent(t)
+	srv := kubetest.Start(t)
+	kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+	for _, n := range []string{"node-a", "node-b"} {
+		if _, err := srv.Client.CoreV1().Nodes().Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}},
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := agenttest.Start(t, agentBin, kc, "node-a", true)
+	lone := filepath.Join(t.TempDir(), "ipkeeper")
+	data, err := os.ReadFile(ipkeeperBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ds := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kc, Prefix: "agent",
+		DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
+	conf := func(node string) []byte {
+		return mustJSON(t, map[string]any{"cniVersion": "1.1.0", "name": "kube", "type": "bridge",
+			"ipam": map[string]any{"type": "ipkeeper", "nodeName": node,
+				"datastore":  map[string]any{"type": "kubernetes", "kubeconfig": kc, "prefix": "agent"},
+				"kubernetes": map[string]any{"agentSocket": agent.Socket, "kubeconfig": kc},
+				"ranges":     []any{[]any{map[string]any{"subnet": "10.72.0.0/24"}}, []any{map[string]any{"subnet": "fd72::/120"}}}}})
+	}
+	run := func(bin, verb, id string, stdin []byte) cnirun.Output {
+		t.Helper()
+		out, err := cnirun.Run(ctxT(t), bin, directCall(verb, id, stdin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	add := func(bin, id string) *current.Result {
+		t.Helper()
+		out := run(bin, "ADD", id, conf("node-a"))
+		if out.ExitCode != 0 {
+			t.Fatalf("ADD %s:\n%v\nagent log:\n%s", id, out, agent.Log())
+		}
+		return parseResult(t, "1.1.0", out.Stdout)
+	}
+	first := add(lone, "c1")
+	again := add(lone, "c1")
+	if len(first.IPs) != 2 || first.IPs[0].Address.String() != again.IPs[0].Address.String() ||
+		first.IPs[1].Address.String() != again.IPs[1].Address.String() {
+		t.Fatalf("ADD %v, repeated ADD %v: want the same two addresses", first.IPs, again.IPs)
+	}
+	add(lone, "c2")
+	for _, c := range []struct {
+		verb, id string
+		stdin    []byte
+	}{
+		{"CHECK", "c1", withPrevResult(t, conf("node-a"), first)},
+		{"STATUS", "", conf("node-a")},
+		{"GC", "", withValid(t, conf("node-a"), []types.GCAttachment{{ContainerID: "c1", IfName: "eth0"}})},
+	} {
+		if out := run(lone, c.verb, c.id, c.stdin); out.ExitCode != 0 {
+			t.Fatalf("%s through the agent:\n%v\nagent log:\n%s", c.verb, out, agent.Log())
+		}
+	}
+	if got := kubeHandles(t, ds); !slices.Equal(got, []string{"kube.c1.eth0"}) {
+		t.Fatalf("handles after GC keeping c1: %v", got)
+	}
+	wantCNIError(t, "ADD of another node's config through node-a's agent", run(lone, "ADD", "b1", conf("node-b")), types.ErrInvalidNetworkConfig)
+
+	agent.Kill()
+	if e := wantCNIError(t, "ADD with the agent killed and no ipkeeper-kube", run(lone, "ADD", "c3", conf("node-a")), types.ErrTryAgainLater); !strings.Contains(e.Msg, "ipkeeper-kube") {
+		t.Fatalf("%q does not name ipkeeper-kube", e.Msg)
+	}
+	if out := run(ipkeeperBin, "DEL", "c1", conf("node-a")); out.ExitCode != 0 {
+		t.Fatalf("DEL through ipkeeper-kube with the agent killed:\n%v", out)
+	}
+	if got := kubeHandles(t, ds); len(got) != 0 {
+		t.Fatalf("handles after DEL: %v", got)
+	}
 }

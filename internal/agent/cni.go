@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/plugin"
+	"github.com/ipkeeper/ipkeeper/internal/podinfo"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
+)
+
+// maxCNIRequest bounds a forwarded verb's request: the network config is
+// at most config.MaxConfigBytes, plus the CNI_* values.
+const maxCNIRequest = config.MaxConfigBytes + 64<<10
+
+// EnableCNI makes the agent serve the plugin's verbs on kubernetes
+// datastores (podinfo.AgentCNIPath) with the agent's own credentials (rc:
+// the node's ServiceAccount, as the kubeconfig the installer writes for
+// the plugin). One allocator per partition lives as long as the agent:
+// its client's connection, the node's object as last written and the
+// pools (5 s) stay warm, so that an ADD in a block the node holds is one
+// write and no read. The verbs run as in the plugin, in a container
+// (plugin.Plugin.InContainer: earlier sandboxes' namespaces are only
+// judged where the host's /var/run/netns is mounted).
+func (a *Agent) EnableCNI(rc *rest.Config) {
+	k := &kubeAllocators{rc: rest.CopyConfig(rc), log: a.log, byPrefix: map[string]*allocator.StoreAllocator{}}
+	a.cni = &plugin.Plugin{Log: a.log.With("component", "cni"), KubeAllocator: k.get, InContainer: true}
+}
+
+// kubeAllocators holds one allocator per partition of the kubernetes
+// datastore.
+type kubeAllocators struct {
+	rc       *rest.Config
+	log      *slog.Logger
+	mu       sync.Mutex
+	byPrefix map[string]*allocator.StoreAllocator
+}
+
+// get returns the partition's allocator; the config's kubeconfig path is
+// the host's and is not read here.
+func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator.StoreAllocator, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if a, ok := k.byPrefix[ds.Prefix]; ok {
+		return a, nil
+	}
+	st, err := kube.NewForConfig(k.rc, ds.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	a := allocator.NewStoreAllocator(st, k.log)
+	k.byPrefix[ds.Prefix] = a
+	return a, nil
+}
+
+// serveCNI runs one forwarded verb: the answer is 200 with what the verb
+// printed or its CNI error; a request for another node is refused
+// (WrongNode), as lookups are.
+func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if a.cni == nil {
+		writeJSON(w, http.StatusNotFound, podinfo.AgentError{Reason: podinfo.ReasonBadRequest, Message: "this agent does not serve CNI verbs"})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxCNIRequest+1))
+	var req podinfo.CNIRequest
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusBadRequest, podinfo.AgentError{Reason: podinfo.ReasonBadRequest, Message: "reading the request: " + err.Error()})
+		return
+	case len(body) > maxCNIRequest:
+		writeJSON(w, http.StatusBadRequest, podinfo.AgentError{Reason: podinfo.ReasonBadRequest, Message: fmt.Sprintf("request larger than %d bytes", maxCNIRequest)})
+		return
+	case json.Unmarshal(body, &req) != nil:
+		writeJSON(w, http.StatusBadRequest, podinfo.AgentError{Reason: podinfo.ReasonBadRequest, Message: "the request is not a CNI request"})
+		return
+	}
+	if conf, err := config.Parse(req.Stdin); err == nil && conf.NodeName != a.node {
+		ae, status := podinfo.AgentErrorOf(fmt.Errorf("%w: the agent serves node %q, the config names %q", podinfo.ErrWrongNode, a.node, conf.NodeName))
+		a.log.Warn("cni refused", "command", req.Command, "container", req.ContainerID, "err", ae.Message)
+		writeJSON(w, status, ae)
+		return
+	}
+	out, cerr := a.cni.Serve(req.Command, &skel.CmdArgs{ContainerID: req.ContainerID, Netns: req.NetNS, IfName: req.IfName,
+		Args: req.Args, Path: req.Path, StdinData: req.Stdin})
+	ans := podinfo.CNIAnswer{Stdout: out}
+	if cerr != nil {
+		ans = podinfo.CNIAnswer{Error: &podinfo.CNIError{Code: cerr.Code, Msg: cerr.Msg, Details: cerr.Details}}
+	}
+	a.log.Debug("cni", "command", req.Command, "container", req.ContainerID, "ifname", req.IfName, "failed", cerr != nil, "duration", time.Since(start))
+	writeJSON(w, http.StatusOK, ans)
+}
