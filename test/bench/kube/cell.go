@@ -20,8 +20,9 @@ type callFunc func(node int, id string) cnirun.Call
 // configured. Another way to run ipkeeper (the agent mode, say) is one
 // more mode in main's list.
 type mode struct {
-	name string // the row's label
-	bin  string // the plugin binary, exec'd per call
+	name  string // the row's label
+	about string // what it runs, printed before the table
+	bin   string // the plugin binary, exec'd per call
 	// prepare readies a fresh, empty partition (or range) for cell and
 	// returns how to call the plugin in it.
 	prepare func(ctx context.Context, cell int) (callFunc, error)

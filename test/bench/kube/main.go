@@ -56,13 +56,17 @@ var (
 	flagGoalTimeout = flag.Duration("goal-timeout", 3*time.Minute, "time limit of the goal run")
 	flagWAVersion   = flag.String("whereabouts-version", "v0.9.2", "whereabouts module version")
 	flagWABin       = flag.String("whereabouts", "", "whereabouts binary (default: built from the module into the cache)")
-	flagModes       = flag.String("modes", "", "comma-separated mode names to run (default: all)")
+	flagModes       = flag.String("modes", modeKube+","+modeEtcd+",whereabouts",
+		"comma-separated modes to run (a name, or its first word); also: "+modeKubeDirect)
 )
 
 // Mode names; the goal ratios refer to them.
 const (
 	modeKube = "ipkeeper kubernetes"
 	modeEtcd = "ipkeeper etcd"
+	// modeKubeDirect execs ipkeeper-kube itself, without the hand-off
+	// from ipkeeper: what the extra exec costs. Not run by default.
+	modeKubeDirect = "ipkeeper-kube direct"
 )
 
 func main() {
@@ -118,10 +122,13 @@ func main() {
 	fmt.Printf("kube-apiserver %s and the etcd datastore's embedded etcd %s up in %v\n", srv.URL, ety.Endpoint, time.Since(t0).Round(time.Millisecond))
 
 	all := []*mode{
-		ipkeeperMode(modeKube, ipk, tmp, func(cell int) map[string]any {
+		ipkeeperMode(modeKube, "ipkeeper on the kubernetes datastore (it execs ipkeeper-kube) as ServiceAccount kube-system/ipkeeper-node with deploy/'s RBAC", ipk, tmp, func(cell int) map[string]any {
 			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC, "prefix": fmt.Sprintf("bk-%d", cell)}
 		}),
-		ipkeeperMode(modeEtcd, ipk, tmp, func(cell int) map[string]any {
+		ipkeeperMode(modeKubeDirect, "ipkeeper-kube exec'd directly, same config and ServiceAccount", filepath.Join(binDir, "ipkeeper-kube"), tmp, func(cell int) map[string]any {
+			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC, "prefix": fmt.Sprintf("bk-%d", cell)}
+		}),
+		ipkeeperMode(modeEtcd, "the same ipkeeper binary on the etcd datastore of an embedded etcd", ipk, tmp, func(cell int) map[string]any {
 			return map[string]any{"type": "etcd", "endpoints": []string{ety.Endpoint}, "prefix": fmt.Sprintf("/bench-kube-%d", cell)}
 		}),
 	}
@@ -140,9 +147,9 @@ func main() {
 		}
 	}
 	la, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("%s: ipkeeper on the kubernetes datastore as ServiceAccount kube-system/ipkeeper-node (deploy/ RBAC)\n", modeKube)
-	fmt.Printf("%s: the same binary on the embedded etcd\n", modeEtcd)
-	fmt.Printf("%s: on the same kube-apiserver with the ADMIN kubeconfig (system:masters), its CRDs from the module's doc/crds/\n", waName)
+	for _, m := range modes {
+		fmt.Printf("%s: %s\n", m.name, m.about)
+	}
 	fmt.Printf("%d ADDs per cell over %d nodes, then DEL of each; cell phase limit %v; %d CPUs, load %s\n\n",
 		*flagN, *flagNodes, *flagCellTimeout, runtime.NumCPU(), strings.Join(strings.Fields(string(la))[:3], " "))
 
@@ -207,10 +214,11 @@ func main() {
 // ipkeeperMode runs the ipkeeper plugin with the datastore ds(cell) gives:
 // a /16 pool (the default block size), the call's node as nodeName, and a
 // node lock directory per node.
-func ipkeeperMode(name, bin, tmp string, ds func(cell int) map[string]any) *mode {
+func ipkeeperMode(name, about, bin, tmp string, ds func(cell int) map[string]any) *mode {
 	return &mode{
-		name: name,
-		bin:  bin,
+		name:  name,
+		about: about,
+		bin:   bin,
 		prepare: func(_ context.Context, cell int) (callFunc, error) {
 			confs := make([][]byte, *flagNodes)
 			locks := make([]string, *flagNodes)
@@ -262,9 +270,6 @@ func setupWhereabouts(ctx context.Context, srv *kubetest.Server, tmp, name strin
 
 // wanted reports whether -modes selects the mode called name.
 func wanted(name string) bool {
-	if *flagModes == "" {
-		return true
-	}
 	for _, m := range strings.Split(*flagModes, ",") {
 		if strings.TrimSpace(m) == name || strings.HasPrefix(name, strings.TrimSpace(m)+" ") {
 			return true

@@ -144,7 +144,8 @@ func whereaboutsMode(bin, tmp string, srv *kubetest.Server) (*mode, error) {
 	}
 	rangeOf := func(cell int) string { return fmt.Sprintf("10.%d.0.0/16", 128+cell) }
 	return &mode{
-		name: "whereabouts",
+		name:  "whereabouts",
+		about: "on the same kube-apiserver with the ADMIN kubeconfig (system:masters), its CRDs from the module's doc/crds/",
 		prepare: func(_ context.Context, cell int) (callFunc, error) {
 			conf, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "wa-bench", "type": "macvlan",
 				"ipam": map[string]any{"type": "whereabouts", "range": rangeOf(cell), "configuration_path": flat}})
