@@ -56,7 +56,7 @@ var (
 	flagGoalTimeout = flag.Duration("goal-timeout", 3*time.Minute, "time limit of the goal run")
 	flagWAVersion   = flag.String("whereabouts-version", "v0.9.2", "whereabouts module version")
 	flagWABin       = flag.String("whereabouts", "", "whereabouts binary (default: built from the module into the cache)")
-	flagModes       = flag.String("modes", modeKube+","+modeEtcd+",whereabouts",
+	flagModes       = flag.String("modes", modeKube+","+modeAgent+","+modeEtcd+",whereabouts",
 		"comma-separated modes to run (a name, or its first word); also: "+modeKubeDirect)
 )
 
@@ -90,7 +90,7 @@ func main() {
 			log.Fatal(err)
 		}
 		binDir = filepath.Join(tmp, "bin")
-		if err := cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube"); err != nil {
+		if err := cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeper-agent"); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -131,6 +131,18 @@ func main() {
 		ipkeeperMode(modeEtcd, "the same ipkeeper binary on the etcd datastore of an embedded etcd", ipk, tmp, func(cell int) map[string]any {
 			return map[string]any{"type": "etcd", "endpoints": []string{ety.Endpoint}, "prefix": fmt.Sprintf("/bench-kube-%d", cell)}
 		}),
+	}
+	if wanted(modeAgent) {
+		agentBin := filepath.Join(binDir, "ipkeeper-agent")
+		if _, err := os.Stat(agentBin); err != nil {
+			log.Fatalf("%v (make build)", err)
+		}
+		ag, err := startAgents(ctx, srv, agentBin, nodeKC, tmp, *flagNodes)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer ag.stop()
+		all = append(all, agentMode(ipk, tmp, nodeKC, ag))
 	}
 	waName := "whereabouts " + *flagWAVersion
 	if wanted(waName) {
@@ -184,8 +196,11 @@ func main() {
 	}
 	printGoals(results, waName, concs)
 
-	kube := results[modeKube]
-	if *flagGoalAdds > 0 && kube != nil {
+	for _, name := range []string{modeKube, modeAgent} {
+		kube := results[name]
+		if *flagGoalAdds <= 0 || kube == nil {
+			continue
+		}
 		best := concs[0]
 		for _, c := range concs {
 			if kube[c].add.res.Rate() > kube[best].add.res.Rate() {
@@ -195,7 +210,7 @@ func main() {
 		cell++
 		var km *mode
 		for _, m := range modes {
-			if m.name == modeKube {
+			if m.name == name {
 				km = m
 			}
 		}
@@ -203,8 +218,8 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("\n%d ADDs over %d nodes on the kubernetes datastore at concurrency %d (the best ADD/s above; a fresh partition, no DEL after):\n",
-			*flagGoalAdds, *flagNodes, best)
+		fmt.Printf("\n%d ADDs over %d nodes, %s, at concurrency %d (its best ADD/s above; a fresh partition, no DEL after):\n",
+			*flagGoalAdds, *flagNodes, name, best)
 		printHeader()
 		printRow(r)
 		fmt.Printf("time for %d ADDs: %.2fs, %d succeeded (goal: < 10 s)\n", *flagGoalAdds, r.add.res.Wall.Seconds(), r.add.res.N)

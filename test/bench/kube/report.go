@@ -64,18 +64,24 @@ func ms(r latency.Result, p float64) string {
 // printGoals prints issue 9's ratios from the cells that ran.
 func printGoals(results map[string]map[int]cellResult, waName string, concs []int) {
 	fmt.Println("\ngoals:")
-	kube, etcd, wa := results[modeKube], results[modeEtcd], results[waName]
-	if kube != nil && wa != nil && slices.Contains(concs, 8) {
-		k, w := kube[8].add.res.Rate(), wa[8].add.res.Rate()
-		fmt.Printf("  ADD/s at concurrency 8, %s / %s: %.1f / %.1f = %.1fx (goal >= 20x)\n", modeKube, waName, k, w, k/w)
-	} else {
-		fmt.Printf("  ADD/s ratio to whereabouts at concurrency 8: not measured (needs both modes and -conc with 8)\n")
-	}
-	if kube != nil && etcd != nil {
-		for _, c := range concs {
-			k, e := kube[c].add.res.Pct(50), etcd[c].add.res.Pct(50)
-			fmt.Printf("  ADD p50 at concurrency %d, %s / %s: %s / %s = %.2fx (goal <= 2x)\n", c, modeKube, modeEtcd,
-				latency.Ms(k), latency.Ms(e), float64(k)/float64(e))
+	etcd, wa := results[modeEtcd], results[waName]
+	for _, name := range []string{modeKube, modeAgent} {
+		kube := results[name]
+		if kube == nil {
+			continue
+		}
+		if wa != nil && slices.Contains(concs, 8) {
+			k, w := kube[8].add.res.Rate(), wa[8].add.res.Rate()
+			fmt.Printf("  ADD/s at concurrency 8, %s / %s: %.1f / %.1f = %.1fx (goal >= 20x)\n", name, waName, k, w, k/w)
+		} else {
+			fmt.Printf("  ADD/s ratio of %s to whereabouts at concurrency 8: not measured (needs both modes and -conc with 8)\n", name)
+		}
+		if etcd != nil {
+			for _, c := range concs {
+				k, e := kube[c].add.res.Pct(50), etcd[c].add.res.Pct(50)
+				fmt.Printf("  ADD p50 at concurrency %d, %s / %s: %s / %s = %.2fx (goal <= 2x)\n", c, name, modeEtcd,
+					latency.Ms(k), latency.Ms(e), float64(k)/float64(e))
+			}
 		}
 	}
 }
