@@ -358,12 +358,6 @@ func textDuration(s, key string) (time.Duration, error) {
 	return d, nil
 }
 
-// chooseDatastore tells a user how to name a datastore.
-const chooseDatastore = `choose a datastore: add "datastore": {"type": "local"} to keep the state on this machine ` +
-	`(one node only), "datastore": {"type": "kubernetes", "kubeconfig": "/path"} to keep it in the Kubernetes API, ` +
-	`or "datastore": {"type": "etcd", "endpoints": ["https://..."]} ` +
-	`(or whereabouts' "datastore": "etcd" with "etcd_host") to share it across a cluster through etcd`
-
 // ipamDatastore reads ipam.datastore: an object, or whereabouts' legacy
 // string "etcd" (with etcd_host). etcd_host without a datastore key also
 // selects etcd; no datastore at all means the local default. Whereabouts'
