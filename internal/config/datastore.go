@@ -447,7 +447,8 @@ func whereaboutsDatastore(ri *rawIPAM, out *IPAM) error {
 		}
 		return invalid("ipam.kubernetes.kubeconfig", "%s needs the kubeconfig it names, as in whereabouts "+
 			"(\"kubernetes\": {\"kubeconfig\": \"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig\"}); "+
-			"or give ipam.datastore as an object", what)
+			`or give ipam.datastore as an object: {"type": "local"} to keep the state on this machine, `+
+			`{"type": "etcd", "endpoints": ["https://..."]} to share it through etcd`, what)
 	}
 	out.Datastore = Datastore{Type: DatastoreKubernetes, Kubeconfig: out.Kubeconfig,
 		DialTimeout: DefaultDialTimeout, RequestTimeout: DefaultRequestTimeout}

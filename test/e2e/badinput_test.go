@@ -128,7 +128,7 @@ func badCases() []badCase {
 	}
 	long := strings.Repeat("n", config.MaxNameLength+1)
 	sayDatastore := func(t *testing.T, msg string) {
-		for _, want := range []string{"ipam.datastore", `"type": "local"`, `"type": "etcd"`} {
+		for _, want := range []string{"ipam.kubernetes.kubeconfig", "ipam.datastore", `"type": "local"`, `"type": "etcd"`} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("refusal %q does not say how to choose a datastore (%s)", msg, want)
 			}
@@ -186,8 +186,9 @@ func badCases() []badCase {
 			stdin: gc(map[string]any{"cni.dev/valid-attachments": []any{map[string]any{"containerID": "bad-keep", "ifname": "eth0"},
 				map[string]any{"containerID": 42, "ifname": true}}})},
 
-		// Item 3: whereabouts' default datastore (the Kubernetes API) is
-		// refused, with how to choose one.
+		// Item 3: whereabouts' default datastore (the Kubernetes API)
+		// without the kubeconfig whereabouts names it with is refused,
+		// with how to choose another.
 		{name: "whereabouts README config without datastore/v4", code: types.ErrInvalidNetworkConfig, check: sayDatastore,
 			stdin: whereabouts(readmeConf, nil)},
 		{name: "production NetworkAttachmentDefinition without datastore/v4", code: types.ErrInvalidNetworkConfig, check: sayDatastore,
@@ -199,7 +200,9 @@ func badCases() []badCase {
 				return mustJSON(t, map[string]any{"cniVersion": "1.1.0", "name": badNet,
 					"ipam": map[string]any{"type": "ipkeeper", "range": "fd96::/64", "datastore": "kubernetes"}})
 			}},
-		{name: "datastore type kubernetes", code: types.ErrInvalidNetworkConfig, mention: []string{"ipam.datastore.type"},
+		// The kubernetes datastore without a kubeconfig means in-cluster,
+		// which a plugin on the host does not have.
+		{name: "datastore type kubernetes without kubeconfig", code: types.ErrInvalidNetworkConfig, mention: []string{`"kubeconfig"`, "in-cluster"},
 			stdin: withDatastore(map[string]any{"type": "kubernetes"})},
 
 		// Item 5: bounded input, nothing blocks, the whole call is bounded.

@@ -127,6 +127,9 @@ func Open(cfg Config) (*Store, error) {
 	} else {
 		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
 	}
+	if err != nil && cfg.Kubeconfig == "" {
+		return nil, fmt.Errorf("%w: no kubeconfig is named (the datastore's \"kubeconfig\"), and this process has no in-cluster configuration: %v", ErrBadConfig, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubeconfig %q: %v", ErrBadConfig, cfg.Kubeconfig, err)
 	}
