@@ -168,14 +168,23 @@ func kill9(t *testing.T, b killBackend) {
 			})
 		}
 		wg.Wait()
-		// Pods that died after their ADD without a DEL (the node crashed,
-		// the runtime lost them): one per node per round, forgotten
-		// here, so that the GCs below must release them.
-		for _, id := range []string{fmt.Sprintf("kill.r%02dc0.eth0", r), fmt.Sprintf("kill.r%02dc1.eth0", r)} {
-			if printed[id] != "" {
-				delete(printed, id)
-				leaked++
+		// A pod per node that died after its ADD without a DEL (the node
+		// crashed, the runtime lost it): its ADD runs to the end, then it
+		// is forgotten here (and node-b's namespace goes below), so
+		// that the GCs below must release it.
+		for _, node := range nodes {
+			id := fmt.Sprintf("r%02dgone%s", r, node[len(node)-1:])
+			netns := anyNetNS
+			if node == "node-b" {
+				netns = podNetns(t, id, nsOf)
 			}
+			call := directCall("ADD", id, conf(node))
+			call.NetNS = netns
+			out, err := cnirun.Run(ctxT(t), ipkeeperBin, call)
+			if err != nil || out.ExitCode != 0 {
+				t.Fatalf("round %d: ADD %s on %s without a kill: %v\n%v", r, id, node, err, out)
+			}
+			leaked++
 		}
 		// node-a: the runtime's GC with the attachments still in use.
 		valid := []types.GCAttachment{}
