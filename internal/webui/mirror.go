@@ -129,50 +129,47 @@ func (m *model) apply(rev int64, evs []kvbacked.Event) {
 			if ps := m.pools[name]; ps != nil {
 				have = ps.version
 			}
-			switch {
-			case stale(have, ev):
-			case ev.Err != nil:
+			applyEvent(have, ev, func() { m.delPool(name, d) }, func(err error) {
 				m.delPool(name, d)
-				m.badLocked(poolWhat(name), ev.Err)
-			case ev.Deleted:
-				m.delPool(name, d)
-			default:
-				m.putPool(ev.Pool, d)
-			}
+				m.badLocked(poolWhat(name), err)
+			}, func() { m.putPool(ev.Pool, d) })
 		case kvbacked.KindClaim:
 			ref := ev.Claim.BlockRef
 			var have store.Version
 			if cs := m.claims[ref]; cs != nil {
 				have = cs.version
 			}
-			switch {
-			case stale(have, ev):
-			case ev.Err != nil:
+			applyEvent(have, ev, func() { m.delClaim(ref, d) }, func(err error) {
 				m.delClaim(ref, d)
-				m.badLocked(claimWhat(ref), ev.Err)
-			case ev.Deleted:
-				m.delClaim(ref, d)
-			default:
-				m.putClaim(ev.Claim, d)
-			}
+				m.badLocked(claimWhat(ref), err)
+			}, func() { m.putClaim(ev.Claim, d) })
 		case kvbacked.KindNode:
 			name := ev.Node.Name
 			var have store.Version
 			if ns := m.nodes[name]; ns != nil {
 				have = ns.version
 			}
-			switch {
-			case stale(have, ev):
-			case ev.Err != nil:
-				m.badNode(name, ev.Node.Version, ev.Err, d)
-			case ev.Deleted:
-				m.delNode(name, d)
-			default:
-				m.putNode(ev.Node, d)
-			}
+			applyEvent(have, ev, func() { m.delNode(name, d) }, func(err error) {
+				m.badNode(name, ev.Node.Version, err, d)
+			}, func() { m.putNode(ev.Node, d) })
 		}
 	}
 	m.finishLocked(rev, d, false)
+}
+
+// applyEvent applies one watched event to an object the mirror holds at
+// version have: nothing when the event is stale, bad for an object that
+// cannot be decoded, del for a deletion, put otherwise.
+func applyEvent(have store.Version, ev kvbacked.Event, del func(), bad func(error), put func()) {
+	switch {
+	case stale(have, ev):
+	case ev.Err != nil:
+		bad(ev.Err)
+	case ev.Deleted:
+		del()
+	default:
+		put()
+	}
 }
 
 // stale reports whether ev is older than the state have the mirror holds
