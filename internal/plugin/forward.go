@@ -28,11 +28,11 @@ import (
 // kubernetes datastore (ipkeeper-kube) or serves it (the agent's, with
 // KubeAllocator) never forwards.
 func (p *Plugin) forward(command string, args *skel.CmdArgs) (bool, error) {
-	if p.KubeAllocator != nil || datastore.KubernetesLinked() || !bytes.Contains(args.StdinData, []byte(config.DatastoreKubernetes)) {
+	if p.KubeAllocator != nil || datastore.KubernetesLinked() {
 		return false, nil
 	}
-	conf, err := config.Parse(args.StdinData)
-	if err != nil || conf.Datastore.Type != config.DatastoreKubernetes || conf.AgentSocket == "" {
+	conf := kubeDatastoreConf(args.StdinData)
+	if conf == nil || conf.AgentSocket == "" {
 		return false, nil
 	}
 	stdin, err := withNodeName(args.StdinData, conf.NodeName)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
@@ -20,6 +21,36 @@ import (
 // local and etcd users would pay on every ADD and DEL.
 const KubeBinary = "ipkeeper-kube"
 
+// kubeConf remembers the last config kubeDatastoreConf parsed: Main's
+// hand-off check and the verb's forward look at the same stdin, and a
+// pod-aware config ("kubernetes": {...}) of any datastore would otherwise
+// be parsed once more for each.
+var kubeConf struct {
+	sync.Mutex
+	stdin []byte
+	conf  *config.IPAM
+}
+
+// kubeDatastoreConf returns the config on stdin when it keeps its state
+// in the Kubernetes API, else nil (also for a config the verb will refuse
+// itself). A config that does not mention "kubernetes" anywhere cannot
+// name that datastore and is not parsed.
+func kubeDatastoreConf(stdin []byte) *config.IPAM {
+	if !bytes.Contains(stdin, []byte(config.DatastoreKubernetes)) {
+		return nil
+	}
+	kubeConf.Lock()
+	defer kubeConf.Unlock()
+	if kubeConf.stdin == nil || !bytes.Equal(kubeConf.stdin, stdin) {
+		conf, err := config.Parse(stdin)
+		if err != nil || conf.Datastore.Type != config.DatastoreKubernetes {
+			conf = nil
+		}
+		kubeConf.stdin, kubeConf.conf = bytes.Clone(stdin), conf
+	}
+	return kubeConf.conf
+}
+
 // errNoKubeBinary: a config names the kubernetes datastore and KubeBinary
 // is not installed next to the plugin.
 var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is not installed")
@@ -28,18 +59,16 @@ var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is no
 // arguments, environment and stdin, when the config on stdin names the
 // kubernetes datastore and this binary cannot open it; it returns only
 // when it does not apply (another datastore, a config the verbs will
-// refuse themselves) or fails. A config that does not mention
-// "kubernetes" anywhere cannot name that datastore and is not parsed
-// twice. early is Main's call, before the verb: a config that names the
+// refuse themselves) or fails. early is Main's call, before the verb: a config that names the
 // node's agent (ipam.kubernetes.agentSocket) is left to the verb, which
 // forwards it to the agent and hands off only when the agent cannot
 // serve it.
 func handOff(stdin []byte, early bool) error {
-	if datastore.KubernetesLinked() || !bytes.Contains(stdin, []byte(config.DatastoreKubernetes)) {
+	if datastore.KubernetesLinked() {
 		return nil
 	}
-	conf, err := config.Parse(stdin)
-	if err != nil || conf.Datastore.Type != config.DatastoreKubernetes || early && conf.AgentSocket != "" {
+	conf := kubeDatastoreConf(stdin)
+	if conf == nil || early && conf.AgentSocket != "" {
 		return nil
 	}
 	self, err := os.Executable()
