@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -53,6 +54,10 @@ type Options struct {
 	MapToken       string
 	MapTokenReview bool
 	MapAllow       []string
+	// DatastoreKubeconfig is the kubeconfig of a kubernetes datastore in
+	// another cluster ("": the controller's own credentials, Kubeconfig's
+	// or in-cluster).
+	DatastoreKubeconfig string
 }
 
 func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
@@ -61,7 +66,8 @@ func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
 		ns = "kube-system"
 	}
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster configuration)")
-	fs.StringVar(&o.ConfigFile, "config", "", "CNI network config (.conf or .conflist) whose ipkeeper datastore to use (default: IPKEEPER_DATASTORE, IPKEEPER_LOCAL_PATH, IPKEEPER_ETCD_*, IPKEEPER_DATASTORE_KUBECONFIG/PREFIX from the environment); a kubernetes datastore without a kubeconfig of its own uses --kubeconfig's")
+	fs.StringVar(&o.ConfigFile, "config", "", "CNI network config (.conf or .conflist) whose ipkeeper datastore to use (default: IPKEEPER_DATASTORE, IPKEEPER_LOCAL_PATH, IPKEEPER_ETCD_*, IPKEEPER_DATASTORE_KUBECONFIG/PREFIX from the environment); a kubernetes datastore is opened with the controller's own credentials (--kubeconfig's, or in-cluster), not with the kubeconfig the config names, which is the plugin's on the node")
+	fs.StringVar(&o.DatastoreKubeconfig, "datastore-kubeconfig", "", "kubeconfig of a kubernetes datastore in another cluster (default: IPKEEPER_DATASTORE_KUBECONFIG without --config, else --kubeconfig's, else in-cluster)")
 	fs.DurationVar(&o.LeakGrace, "leak-grace", time.Minute, "how long an allocation must be seen leaked (and a node gone) before it is released")
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of full reconcile passes")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":9273", "address serving /metrics, /healthz and /readyz (empty: none)")
@@ -91,6 +97,10 @@ func Main(args []string, stderr io.Writer, getenv func(string) string) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if fs.Changed("datastore-kubeconfig") && o.DatastoreKubeconfig == "" {
+		fmt.Fprintln(stderr, `ipkeeper-controller: --datastore-kubeconfig "": want a kubeconfig file`)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -128,9 +138,8 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 	if err != nil {
 		return err
 	}
-	if ds.Type == config.DatastoreKubernetes && ds.Kubeconfig == "" {
-		// The datastore is in the API the controller watches.
-		ds.Kubeconfig = o.Kubeconfig
+	if ds, err = o.datastoreCredentials(ds, log); err != nil {
+		return err
 	}
 	m := NewMetrics()
 	restCfg, err := kubeConfig(o.Kubeconfig)
@@ -184,7 +193,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 		}
 		defer srv.Close()
 	}
-	log.Info("starting", "identity", id, "datastore", ds.Type, "leakGrace", o.LeakGrace.String(), "resync", o.Resync.String(),
+	log.Info("starting", "identity", id, "datastore", ds.Type, "datastoreKubeconfig", ds.Kubeconfig, "leakGrace", o.LeakGrace.String(), "resync", o.Resync.String(),
 		"leaderElect", o.LeaderElect, "leaseNamespace", o.LeaseNamespace)
 	if !c.Sync(ctx) {
 		return nil // ctx ended
@@ -253,6 +262,40 @@ func datastoreOf(file string, getenv func(string) string) (config.Datastore, err
 	ds, err := config.DatastoreFromEnv(getenv)
 	if err != nil {
 		return ds, fmt.Errorf("datastore environment: %w", err)
+	}
+	return ds, nil
+}
+
+// datastoreCredentials sets the kubeconfig a kubernetes datastore is
+// opened with: --datastore-kubeconfig when given, else the environment's
+// IPKEEPER_DATASTORE_KUBECONFIG (the controller's own setting), else
+// --kubeconfig ("" for in-cluster), as the agent uses its own credentials.
+// A kubeconfig named in --config's datastore is never read: the file is
+// the plugin's config list, and the path is the one the installer writes
+// on each node for the node's ServiceAccount, which the controller's pod
+// does not have and whose identity is not the controller's.
+func (o Options) datastoreCredentials(ds config.Datastore, log *slog.Logger) (config.Datastore, error) {
+	if ds.Type != config.DatastoreKubernetes {
+		if o.DatastoreKubeconfig != "" {
+			return ds, fmt.Errorf("--datastore-kubeconfig is set but the datastore is %q; it names the kubeconfig of a %q datastore", ds.Type, config.DatastoreKubernetes)
+		}
+		return ds, nil
+	}
+	switch {
+	case o.DatastoreKubeconfig != "":
+		p, err := filepath.Abs(o.DatastoreKubeconfig)
+		if err != nil {
+			return ds, fmt.Errorf("--datastore-kubeconfig %q: %w", o.DatastoreKubeconfig, err)
+		}
+		ds.Kubeconfig = p
+	case o.ConfigFile == "" && ds.Kubeconfig != "":
+		// IPKEEPER_DATASTORE_KUBECONFIG: the controller's environment.
+	default:
+		if ds.Kubeconfig != "" {
+			log.Info("not reading the datastore kubeconfig of --config (the plugin's on the node); the controller uses its own credentials",
+				"ignored", ds.Kubeconfig, "kubeconfig", o.Kubeconfig)
+		}
+		ds.Kubeconfig = o.Kubeconfig
 	}
 	return ds, nil
 }
