@@ -57,6 +57,8 @@ func (a *StoreAllocator) ObserveStore(ctx context.Context) (StoreSnapshot, error
 	byName := make(map[string]store.Node, len(nodes))
 	for _, n := range nodes {
 		byName[n.Name] = n
+		// Remembered, so that ReleaseObservedAll writes without a read.
+		a.known.Store(n.Name, n)
 	}
 	snap := StoreSnapshot{Pools: pools, Handles: handles, Affine: map[string]int{}, Orphans: map[string][]store.BlockRef{}}
 	for _, c := range claims {

@@ -107,6 +107,8 @@ type Controller struct {
 	// (the elector does not wait for it).
 	reconcileMu sync.Mutex
 	guard       stallGuard
+	// releaseWorkers is ReleaseWorkers; tests lower it.
+	releaseWorkers int
 	// stallsSeen is guard.count() when the trackers were last reset.
 	stallsSeen int
 
@@ -133,7 +135,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Controller{cfg: cfg, log: cfg.Log, m: cfg.Metrics, trigger: make(chan struct{}, 1), usable: map[string]uint64{}}
+	c := &Controller{cfg: cfg, log: cfg.Log, m: cfg.Metrics, trigger: make(chan struct{}, 1), usable: map[string]uint64{},
+		releaseWorkers: ReleaseWorkers}
 	c.resetTrackers()
 	v, err := newAPIView(cfg.Client, cfg.Now, c.poke)
 	if err != nil {

@@ -15,8 +15,9 @@ import (
 )
 
 // hook is run once, when armed, on the store of the controller's next
-// read of a single node object (a release reads the object it writes;
-// the pass's own read is a list), before that read.
+// access to a single node object — a read or a write: a release writes
+// the object the pass listed, or reads it again after a conflict — before
+// that access.
 type hook struct {
 	mu sync.Mutex
 	f  func(s store.Store)
@@ -28,25 +29,35 @@ func (h *hook) arm(f func(s store.Store)) {
 	h.f = f
 }
 
-func (h *hook) take() func(s store.Store) {
+func (h *hook) run(s store.Store) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	f := h.f
 	h.f = nil
-	return f
+	h.mu.Unlock()
+	if f != nil {
+		f(s)
+	}
 }
 
-// beforeRead is the controller's store, running h.
-type beforeRead struct {
+// beforeAccess is the controller's store, running h.
+type beforeAccess struct {
 	store.Store
 	h *hook
 }
 
-func (b beforeRead) GetNode(ctx context.Context, name string) (store.Node, error) {
-	if f := b.h.take(); f != nil {
-		f(b.Store)
-	}
+func (b beforeAccess) GetNode(ctx context.Context, name string) (store.Node, error) {
+	b.h.run(b.Store)
 	return b.Store.GetNode(ctx, name)
+}
+
+func (b beforeAccess) UpdateNode(ctx context.Context, n store.Node) (store.Node, error) {
+	b.h.run(b.Store)
+	return b.Store.UpdateNode(ctx, n)
+}
+
+func (b beforeAccess) DeleteNode(ctx context.Context, n store.Node) error {
+	b.h.run(b.Store)
+	return b.Store.DeleteNode(ctx, n)
 }
 
 // TestPassGuardedRelease: a leak confirmed by a pass is released guarded
@@ -69,7 +80,7 @@ func TestPassGuardedRelease(t *testing.T) {
 					if err != nil {
 						return nil, err
 					}
-					return beforeRead{Store: s, h: h}, nil
+					return beforeAccess{Store: s, h: h}, nil
 				}
 				r.alloc(func(a *allocator.StoreAllocator) {
 					if _, err := a.EnsurePool(ctx, f.tiny); err != nil {

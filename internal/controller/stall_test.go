@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -45,9 +46,12 @@ func TestPassPaused(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			node := r.node("a")
+			// One leak on each of three nodes: a node's leaks are released
+			// in one write, and one worker takes the nodes one by one.
+			r.c.releaseWorkers = 1
 			gone := []string{"gone-0", "gone-1", "gone-2"}
-			for _, name := range gone {
+			for i, name := range gone {
+				node := r.node(fmt.Sprint("n", i))
 				uid := r.pod(name, node, corev1.PodRunning)
 				r.attach(f.pool, name, name, uid, node, t0)
 				r.deletePod(name)

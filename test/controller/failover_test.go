@@ -59,10 +59,14 @@ func (f *fleet) env() []string {
 	return []string{"IPKEEPER_DATASTORE=etcd", "IPKEEPER_ETCD_ENDPOINTS=" + f.ep, "IPKEEPER_ETCD_PREFIX=" + f.prefix}
 }
 
-// newFleet makes three nodes, failoverLive running pods and
-// failoverLeaked pods, each with a dual-stack allocation written through
-// the allocator as the plugin's ADD would (pod namespace, name and UID
-// recorded), then deletes the leaked pods with grace period 0 and no DEL.
+// newFleet makes failoverLive running pods on three nodes and
+// failoverLeaked pods each on a node of its own, each with a dual-stack
+// allocation written through the allocator as the plugin's ADD would (pod
+// namespace, name and UID recorded), then deletes the leaked pods with
+// grace period 0 and no DEL. A node's leaks are released in one write of
+// its object: one leak per node makes each release a write of its own,
+// so that a pass is still releasing when the test stops its leader, and
+// the writes under way when it stopped are the releases under way.
 func newFleet(t *testing.T, c *cluster) *fleet {
 	t.Helper()
 	e := etcdtest.ForTest(t, nil)
@@ -76,20 +80,20 @@ func newFleet(t *testing.T, c *cluster) *fleet {
 	nodes := []string{c.node("a"), c.node("b"), c.node("c")}
 	pools := []ipam.Pool{
 		{Name: "fo4", CIDR: netip.MustParsePrefix("10.73.0.0/16"), BlockSize: 26, Origin: "config"},
-		{Name: "fo6", CIDR: netip.MustParsePrefix("fd73::/112"), BlockSize: 122, Origin: "config"},
+		{Name: "fo6", CIDR: netip.MustParsePrefix("fd73::/104"), BlockSize: 122, Origin: "config"},
 	}
 	type job struct {
-		name string
+		name, node string
 		live bool
 	}
 	jobs := make(chan job)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	for w := range 8 {
+	for range 8 {
 		wg.Go(func() {
 			for j := range jobs {
-				h, err := f.allocatePod(j.name, nodes[w%len(nodes)], pools)
+				h, err := f.allocatePod(j.name, j.node, pools)
 				if err != nil {
 					select {
 					case errs <- err:
@@ -109,9 +113,9 @@ func newFleet(t *testing.T, c *cluster) *fleet {
 	}
 	for i := range failoverLive + failoverLeaked {
 		if i < failoverLive {
-			jobs <- job{fmt.Sprintf("live-%03d", i), true}
+			jobs <- job{fmt.Sprintf("live-%03d", i), nodes[i%len(nodes)], true}
 		} else {
-			jobs <- job{fmt.Sprintf("gone-%03d", i), false}
+			jobs <- job{fmt.Sprintf("gone-%03d", i), c.node(fmt.Sprintf("g%03d", i)), false}
 		}
 	}
 	close(jobs)
