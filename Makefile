@@ -28,8 +28,11 @@ BENCH_N      ?= 300
 
 all: build
 
+# Static binaries (CGO_ENABLED=0), as in the image: a plugin exec then maps
+# no libc and runs no dynamic loader, 19.5 instead of 22.6 ms of CPU per
+# exec on this 2-core VM (perf stat -r 40 of `CNI_COMMAND=VERSION ipkeeper`).
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 tools: $(TOOLS)
 
