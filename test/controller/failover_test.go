@@ -84,7 +84,7 @@ func newFleet(t *testing.T, c *cluster) *fleet {
 	}
 	type job struct {
 		name, node string
-		live bool
+		live       bool
 	}
 	jobs := make(chan job)
 	var mu sync.Mutex
