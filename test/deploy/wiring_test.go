@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
@@ -94,7 +94,7 @@ func TestManifestWiring(t *testing.T) {
 		if v.ConfigMap == nil || v.ConfigMap.Name != cm.Name || cm.Data[key] == "" {
 			t.Errorf("--conflist=%s is not a key of ConfigMap %s (volume %+v, key %q)", conflist, cm.Name, v.VolumeSource, key)
 		}
-		tlsDir, _ := flagValue(c.Args, "tls-dir")
+		tlsDir := tlsDirOf(t, ds)
 		if v, rel := mountedFile(t, spec, c, tlsDir); v.Secret == nil || v.Secret.SecretName != "ipkeeper-etcd-tls" || rel != "." ||
 			v.Secret.Optional == nil || !*v.Secret.Optional {
 			t.Errorf("--tls-dir=%s is not the optional Secret ipkeeper-etcd-tls mount", tlsDir)
@@ -154,28 +154,88 @@ func TestManifestWiring(t *testing.T) {
 
 	t.Run("config list", func(t *testing.T) {
 		key, data := shippedConflist(t)
-		f := filepath.Join(t.TempDir(), key)
-		if err := os.WriteFile(f, data, 0o644); err != nil {
-			t.Fatal(err)
+		ipam := loadConflist(t, key, data)
+		// The cluster's own API: no etcd to run by default.
+		if ipam.Datastore.Type != config.DatastoreKubernetes {
+			t.Errorf("the shipped config's datastore is %q, want %q (the cluster's own API; etcd is the documented alternative)",
+				ipam.Datastore.Type, config.DatastoreKubernetes)
 		}
-		ipam, err := config.LoadFile(f)
-		if err != nil {
-			t.Fatalf("the shipped config list is not valid for ipkeeper: %v", err)
+		// The plugin on the host authenticates with the kubeconfig the
+		// installer writes there, for the datastore as for pod-aware
+		// lookups when the agent cannot be reached.
+		hostKubeconfig := installerKubeconfig(t, ds.Spec.Template.Spec)
+		if ipam.Datastore.Kubeconfig != hostKubeconfig {
+			t.Errorf("the datastore's kubeconfig %q is not the installer's kubeconfig on the host (%s)", ipam.Datastore.Kubeconfig, hostKubeconfig)
 		}
-		if ipam.Datastore.Type == config.DatastoreLocal {
-			t.Error("the shipped config uses the local datastore: a cluster needs a shared one")
-		}
-		for _, p := range []string{ipam.Datastore.CAFile, ipam.Datastore.CertFile, ipam.Datastore.KeyFile} {
-			if p != "" && path.Dir(p) != "/etc/cni/net.d/ipkeeper-tls" {
-				t.Errorf("datastore TLS file %s is not where the installer copies the Secret (/etc/cni/net.d/ipkeeper-tls)", p)
-			}
-		}
+		checkTLSFiles(t, ds.Spec.Template.Spec, ipam.Datastore)
 		var raw conflistKubernetes
 		if err := json.Unmarshal(data, &raw); err != nil {
 			t.Fatal(err)
 		}
-		if len(raw.Plugins) == 0 || raw.Plugins[0].IPAM.Kubernetes.Kubeconfig != "/etc/cni/net.d/ipkeeper-kubeconfig" {
-			t.Errorf("ipam.kubernetes.kubeconfig is not the installer's kubeconfig on the host (/etc/cni/net.d/ipkeeper-kubeconfig): %+v", raw.Plugins)
+		if len(raw.Plugins) == 0 || raw.Plugins[0].IPAM.Kubernetes.Kubeconfig != hostKubeconfig {
+			t.Errorf("ipam.kubernetes.kubeconfig is not the installer's kubeconfig on the host (%s): %+v", hostKubeconfig, raw.Plugins)
+		}
+	})
+
+	t.Run("etcd alternative", func(t *testing.T) {
+		// The etcd datastore config.yaml's comment offers, put in place
+		// of the shipped one, is valid and names the TLS files where the
+		// installer copies the Secret its comment creates.
+		key, data := shippedConflist(t)
+		snippet, secret := etcdAlternative(t)
+		var list map[string]any
+		if err := json.Unmarshal(data, &list); err != nil {
+			t.Fatal(err)
+		}
+		plugins, _ := list["plugins"].([]any)
+		if len(plugins) == 0 {
+			t.Fatal("the shipped config list has no plugins")
+		}
+		first, _ := plugins[0].(map[string]any)
+		ipamRaw, _ := first["ipam"].(map[string]any)
+		if ipamRaw == nil {
+			t.Fatal("the shipped config list has no plugins[0].ipam")
+		}
+		ipamRaw["datastore"] = snippet
+		edited, err := json.Marshal(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ipam := loadConflist(t, key, edited)
+		if ipam.Datastore.Type != config.DatastoreEtcd || len(ipam.Datastore.Endpoints) == 0 {
+			t.Errorf("config.yaml's etcd snippet gives datastore %+v, want etcd with endpoints", ipam.Datastore)
+		}
+		if ipam.Datastore.CAFile == "" || ipam.Datastore.CertFile == "" || ipam.Datastore.KeyFile == "" {
+			t.Errorf("config.yaml's etcd snippet names no TLS files: %+v", ipam.Datastore)
+		}
+		checkTLSFiles(t, ds.Spec.Template.Spec, ipam.Datastore)
+		for what, name := range map[string]string{"the installer's --tls-dir": tlsSecretOf(t, ds.Spec.Template.Spec, ds.Spec.Template.Spec.Containers[0], tlsDirOf(t, ds)),
+			"the controller's": tlsSecretOf(t, dep.Spec.Template.Spec, dep.Spec.Template.Spec.Containers[0], path.Dir(ipam.Datastore.CAFile))} {
+			if name != secret {
+				t.Errorf("config.yaml's comment creates Secret %q, but %s mount is Secret %q", secret, what, name)
+			}
+		}
+	})
+
+	t.Run("datastore RBAC", func(t *testing.T) {
+		// The node's and the controller's ServiceAccounts, as the
+		// workloads name them, are bound to the datastore's ClusterRole
+		// (what it grants: rbac_test.go).
+		var crb rbacv1.ClusterRoleBinding
+		typed(t, "ClusterRoleBinding", "ipkeeper-datastore", &crb)
+		if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != "ipkeeper-datastore" {
+			t.Errorf("ClusterRoleBinding ipkeeper-datastore binds %+v, want ClusterRole ipkeeper-datastore", crb.RoleRef)
+		}
+		for _, w := range []struct {
+			what, namespace, account string
+		}{{"DaemonSet " + ds.Name, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName},
+			{"Deployment " + dep.Name, dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName}} {
+			if !slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool {
+				return s.Kind == "ServiceAccount" && s.Name == w.account && s.Namespace == w.namespace
+			}) {
+				t.Errorf("%s runs as ServiceAccount %s/%s, which ClusterRoleBinding ipkeeper-datastore does not bind (subjects %+v)",
+					w.what, w.namespace, w.account, crb.Subjects)
+			}
 		}
 	})
 
@@ -206,8 +266,20 @@ func TestManifestWiring(t *testing.T) {
 		if v, key := mountedFile(t, spec, c, conf); v.ConfigMap == nil || v.ConfigMap.Name != cm.Name || cm.Data[key] == "" {
 			t.Errorf("--config=%s is not a key of ConfigMap %s", conf, cm.Name)
 		}
-		if v, rel := mountedFile(t, spec, c, "/etc/cni/net.d/ipkeeper-tls"); v.Secret == nil || v.Secret.SecretName != "ipkeeper-etcd-tls" || rel != "." {
-			t.Error("the controller does not mount Secret ipkeeper-etcd-tls where the config list names the TLS files")
+		if v, rel := mountedFile(t, spec, c, "/etc/cni/net.d/ipkeeper-tls"); v.Secret == nil || v.Secret.SecretName != "ipkeeper-etcd-tls" || rel != "." ||
+			v.Secret.Optional == nil || !*v.Secret.Optional {
+			t.Error("the controller does not mount the optional Secret ipkeeper-etcd-tls where an etcd datastore names the TLS files")
+		}
+		// The controller opens the kubernetes datastore with its own
+		// credentials: in-cluster, as its ServiceAccount (the config's
+		// kubeconfig is the node's and is not read).
+		for _, f := range []string{"kubeconfig", "datastore-kubeconfig"} {
+			if v, ok := flagValue(c.Args, f); ok {
+				t.Errorf("--%s=%s: the controller should use its in-cluster ServiceAccount", f, v)
+			}
+		}
+		if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
+			t.Error("automountServiceAccountToken is false: the controller has no in-cluster credentials")
 		}
 		if ns, _ := flagValue(c.Args, "lease-namespace"); ns != "$(POD_NAMESPACE)" || envVar(c, "POD_NAMESPACE") == nil {
 			t.Errorf("--lease-namespace=%q, want $(POD_NAMESPACE) from the downward API (the Role is in the controller's namespace)", ns)
