@@ -165,12 +165,15 @@ func etcdAlternative(t *testing.T) (ds any, secret string) {
 // kubeconfig path is the node's, which it does not have) and the
 // controller ServiceAccount's kubeconfig standing in for its in-cluster
 // credentials, releases the address of the pod deleted from the API and
-// keeps the live pod's. The test's host paths stand in for /etc/cni/net.d
-// and the agent's socket.
+// keeps the live pod's; and ipkeeperctl on an admin's machine, with the
+// same config list and --datastore-kubeconfig (README's import step),
+// shows the live pod's address. The test's host paths stand in for
+// /etc/cni/net.d and the agent's socket.
 func TestShippedDatastoreEndToEnd(t *testing.T) {
 	s := server(t)
 	needPackage(t, "cmd/ipkeeper-controller")
 	controller := static(t, "cmd/ipkeeper-controller")
+	ctl := static(t, "cmd/ipkeeperctl")
 	h := newHost(t, s)
 	h.runOnce(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -207,6 +210,7 @@ func TestShippedDatastoreEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = s.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	lockDir := t.TempDir()
 	handles := map[string]string{} // pod -> handle ID
+	addrs := map[string]string{}   // pod -> address
 	for _, name := range []string{"gone", "live"} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}}}}
@@ -234,6 +238,7 @@ func TestShippedDatastoreEndToEnd(t *testing.T) {
 			t.Fatalf("ADD %s printed %s (%v), want one address of 10.244.0.0/16", name, out, err)
 		}
 		handles[name] = ipam.HandleID("ipkeeper", cid, "eth0")
+		addrs[name], _, _ = strings.Cut(res.IPs[0].Address, "/")
 	}
 	admin := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: s.AdminKubeconfig,
 		DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
@@ -306,6 +311,13 @@ func TestShippedDatastoreEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "reconcile pass failed") {
 		t.Fatalf("a pass failed:\n%s", logs.String())
+	}
+
+	show := exec.CommandContext(ctx, ctl, "--config", confFile, "--datastore-kubeconfig", s.AdminKubeconfig, "ip", "show", addrs["live"], "-o", "json")
+	out, err := show.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte(handles["live"])) {
+		t.Fatalf("ipkeeperctl --config (the ConfigMap's) --datastore-kubeconfig ip show %s: %v\n%s\nwant handle %s",
+			addrs["live"], err, out, handles["live"])
 	}
 }
 
