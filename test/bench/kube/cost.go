@@ -17,16 +17,22 @@ import (
 
 // costs is what a phase's calls cost beyond their latency: the CPU time of
 // the plugin processes (every child reaped, grandchildren such as
-// ipkeeper-kube included), of the kube-apiserver process, and the API
-// requests the server served.
+// ipkeeper-kube included), of the ipkeeper-agent processes, of the
+// kube-apiserver process, of this process (the API server's embedded
+// etcd, and the harness that starts the calls), and the API requests the
+// server served.
 type costs struct {
-	plugin, apiserver time.Duration
-	requests          float64
+	plugin, agents, apiserver, self time.Duration
+	requests                        float64
 }
 
 func (c costs) sub(o costs) costs {
-	return costs{plugin: c.plugin - o.plugin, apiserver: c.apiserver - o.apiserver, requests: c.requests - o.requests}
+	return costs{plugin: c.plugin - o.plugin, agents: c.agents - o.agents, apiserver: c.apiserver - o.apiserver,
+		self: c.self - o.self, requests: c.requests - o.requests}
 }
+
+// total is all the CPU time the phase cost this machine.
+func (c costs) total() time.Duration { return c.plugin + c.agents + c.apiserver + c.self }
 
 // meter takes a costs snapshot; nil measures nothing.
 var meter func() costs
@@ -42,10 +48,15 @@ func newMeter(srv *kubetest.Server) (func() costs, error) {
 		return nil, err
 	}
 	return func() costs {
-		var ru syscall.Rusage
+		var ru, self syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
-		c := costs{plugin: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+		c := costs{plugin: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), self: time.Duration(self.Utime.Nano() + self.Stime.Nano())}
 		c.apiserver, _ = procCPU(pid)
+		for _, a := range childrenNamed("ipkeeper-agent") {
+			d, _ := procCPU(a)
+			c.agents += d
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if b, err := srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
@@ -57,6 +68,16 @@ func newMeter(srv *kubetest.Server) (func() costs, error) {
 
 // childNamed finds this process's child whose command is name.
 func childNamed(name string) (int, error) {
+	pids := childrenNamed(name)
+	if len(pids) == 0 {
+		return 0, fmt.Errorf("no child process %q", name)
+	}
+	return pids[0], nil
+}
+
+// childrenNamed lists this process's children whose command is name.
+func childrenNamed(name string) []int {
+	var pids []int
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, st := range stats {
 		b, err := os.ReadFile(st)
@@ -69,10 +90,12 @@ func childNamed(name string) (int, error) {
 		}
 		f := strings.Fields(string(b[end+1:]))
 		if string(b[open+1:end]) == name && len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
-			return strconv.Atoi(strings.TrimSpace(string(b[:open])))
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open]))); err == nil {
+				pids = append(pids, pid)
+			}
 		}
 	}
-	return 0, fmt.Errorf("no child process %q", name)
+	return pids
 }
 
 // procCPU is a process's user plus system CPU time from /proc/PID/stat.

@@ -223,6 +223,7 @@ func main() {
 		printHeader()
 		printRow(r)
 		fmt.Printf("time for %d ADDs: %.2fs, %d succeeded (goal: < 10 s)\n", *flagGoalAdds, r.add.res.Wall.Seconds(), r.add.res.N)
+		printCPUBound(r)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -12,12 +13,14 @@ import (
 
 func jsonConf(v any) ([]byte, error) { return json.Marshal(v) }
 
-// printHeader prints the column names; the last three are per ADD call:
-// CPU of the plugin processes (ipkeeper-kube included), CPU of the
-// kube-apiserver, and resource requests the API server served.
+// printHeader prints the column names; the last five are per ADD call:
+// CPU of the plugin processes (ipkeeper-kube included), of the
+// ipkeeper-agents, of the kube-apiserver, of this process (the API
+// server's etcd and the harness), and resource requests the API server
+// served.
 func printHeader() {
-	fmt.Printf("%-22s %5s %11s %8s %9s %9s %8s %9s %10s %10s %8s  %s\n", "mode", "conc", "ADD ok/n", "ADD/s", "ADD p50", "ADD p99",
-		"DEL/s", "DEL p50", "plugin CPU", "apisrv CPU", "API req", "notes")
+	fmt.Printf("%-22s %5s %11s %8s %9s %9s %8s %9s %10s %9s %10s %9s %8s  %s\n", "mode", "conc", "ADD ok/n", "ADD/s", "ADD p50", "ADD p99",
+		"DEL/s", "DEL p50", "plugin CPU", "agent CPU", "apisrv CPU", "etcd+rest", "API req", "notes")
 }
 
 func printRow(r cellResult) {
@@ -40,9 +43,23 @@ func printRow(r cellResult) {
 	}
 	calls := float64(r.add.res.N + r.add.failed)
 	per := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000/calls) }
-	fmt.Printf("%-22s %5d %11s %8s %9s %9s %8s %9s %10s %10s %8.1f  %s\n", r.mode, r.conc, fmt.Sprintf("%d/%d", r.add.res.N, r.add.attempts),
+	c := r.add.cost
+	fmt.Printf("%-22s %5d %11s %8s %9s %9s %8s %9s %10s %9s %10s %9s %8.1f  %s\n", r.mode, r.conc, fmt.Sprintf("%d/%d", r.add.res.N, r.add.attempts),
 		rate(r.add.res), ms(r.add.res, 50), ms(r.add.res, 99), rate(r.del.res), ms(r.del.res, 50),
-		per(r.add.cost.plugin), per(r.add.cost.apiserver), r.add.cost.requests/calls, strings.Join(notes, "; "))
+		per(c.plugin), per(c.agents), per(c.apiserver), per(c.self), c.requests/calls, strings.Join(notes, "; "))
+}
+
+// printCPUBound prints what the phase's ADDs cost this machine's CPUs in
+// all, and the ADD rate that cost allows at most with every CPU busy.
+func printCPUBound(r cellResult) {
+	calls := float64(r.add.res.N + r.add.failed)
+	if calls == 0 || r.add.cost.total() <= 0 {
+		return
+	}
+	per := r.add.cost.total().Seconds() / calls
+	cpus := runtime.NumCPU()
+	fmt.Printf("CPU per ADD, all processes: %.1fms -> at most %.0f ADD/s on this machine's %d CPUs, %.1fs for these %d ADDs\n",
+		per*1000, float64(cpus)/per, cpus, per*calls/float64(cpus), int(calls))
 }
 
 // rate is a phase's calls/s, "-" without any.
