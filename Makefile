@@ -114,8 +114,12 @@ bench: build $(TOOLS_BIN)/host-local
 # The etcd datastore against an embedded etcd: raw CAS ceiling, allocations
 # at concurrency 1/8/64 over 50 nodes, one hot node, plugin processes vs
 # host-local, and the 5 000-node scale run.
+# BENCH_BASELINE=<commit> also runs the plugin as built at that commit
+# (scripts/baseline-plugin.sh) next to the current one, with ratios; e.g.
+# fe540ff, the last commit of the first storage layout.
 bench-etcd: build $(TOOLS_BIN)/host-local
-	$(GO) run ./test/bench/etcd -ipkeeper $(BIN)/ipkeeper -host-local $(TOOLS_BIN)/host-local -scale
+	$(GO) run ./test/bench/etcd -ipkeeper $(BIN)/ipkeeper -host-local $(TOOLS_BIN)/host-local -scale \
+		$(if $(BENCH_BASELINE),-baseline $$(scripts/baseline-plugin.sh $(BENCH_BASELINE)))
 
 # ipkeeper-controller's reclaim against a real kube-apiserver: nodes x pods
 # allocated, 5% deleted without DEL, time from the deletes to the last

@@ -52,6 +52,7 @@ var (
 	flagConc      = flag.Int("conc-total", 320, "ADD processes in the 16-concurrent process run")
 	flagIpkeeper  = flag.String("ipkeeper", "", "ipkeeper binary (default: go build ./cmd/ipkeeper)")
 	flagHostLocal = flag.String("host-local", "", "host-local binary (default: .tools/bin/host-local, else go install)")
+	flagBaseline  = flag.String("baseline", "", "an earlier ipkeeper build (scripts/baseline-plugin.sh COMMIT) whose processes run next to the current ones, with ratios")
 	flagScale     = flag.Bool("scale", false, "also run the 5 000-node scale measurement")
 	flagNodes     = flag.Int("scale-nodes", 5000, "nodes in the scale measurement")
 	flagPods      = flag.Int("scale-pods", 110, "pods per node in the scale measurement")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,20 +34,35 @@ func procBench(ctx context.Context, ep string) {
 		name, bin string
 		conf      func(run string) []byte
 	}
+	local := func(bin, name string) plugin {
+		return plugin{name, bin, func(run string) []byte {
+			return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"ipl","type":"bridge","ipam":{"type":"ipkeeper","nodeName":"node-a","datastore":{"type":"local","path":%q},"ranges":[[{"subnet":"10.129.0.0/16"}]]}}`,
+				filepath.Join(tmp, strings.ReplaceAll(name, " ", "-")+"-"+run))
+		}}
+	}
+	etcd := func(bin, name string) plugin {
+		return plugin{name, bin, func(run string) []byte {
+			return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"ipe","type":"bridge","ipam":{"type":"ipkeeper","nodeName":"node-a","datastore":{"type":"etcd","endpoints":[%q],"prefix":"/proc-%s-%s"},"ranges":[[{"subnet":"10.130.0.0/16"}]]}}`,
+				ep, strings.ReplaceAll(name, " ", "-"), run)
+		}}
+	}
 	plugins := []plugin{
 		{"host-local (local disk)", hl, func(run string) []byte {
 			return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"hl","type":"bridge","ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"10.128.0.0/16"}]]}}`,
 				filepath.Join(tmp, "hl-"+run))
 		}},
-		{"ipkeeper local", ipk, func(run string) []byte {
-			return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"ipl","type":"bridge","ipam":{"type":"ipkeeper","nodeName":"node-a","datastore":{"type":"local","path":%q},"ranges":[[{"subnet":"10.129.0.0/16"}]]}}`,
-				filepath.Join(tmp, "ipl-"+run))
-		}},
-		{"ipkeeper etcd", ipk, func(run string) []byte {
-			return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"ipe","type":"bridge","ipam":{"type":"ipkeeper","nodeName":"node-a","datastore":{"type":"etcd","endpoints":[%q],"prefix":"/proc-%s"},"ranges":[[{"subnet":"10.130.0.0/16"}]]}}`,
-				ep, run)
-		}},
 	}
+	// With a baseline, each of its rows runs right before the current
+	// plugin's row of the same datastore, so that both see the machine
+	// alike.
+	if *flagBaseline != "" {
+		plugins = append(plugins, local(*flagBaseline, "baseline local"))
+	}
+	plugins = append(plugins, local(ipk, "ipkeeper local"))
+	if *flagBaseline != "" {
+		plugins = append(plugins, etcd(*flagBaseline, "baseline etcd"))
+	}
+	plugins = append(plugins, etcd(ipk, "ipkeeper etcd"))
 	run := func(bin string, conf []byte, id string) (time.Duration, error) {
 		cmd := exec.CommandContext(ctx, bin)
 		cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+id, "CNI_NETNS=/var/run/netns/"+id,
@@ -65,6 +81,7 @@ func procBench(ctx context.Context, ep string) {
 	fmt.Printf("\n4. plugin binaries as processes, one node: %d sequential ADDs; %d ADDs from 16 concurrent processes\n", *flagSeq, *flagConc)
 	fmt.Printf("%-24s %9s %9s %9s %14s %12s\n", "", "p50", "p90", "p99", "seq ADD/s", "16-conc ADD/s")
 	rates := map[string]float64{}
+	p50s, seqs := map[string]time.Duration{}, map[string]float64{}
 	for _, p := range plugins {
 		conf := p.conf("seq")
 		var lats []time.Duration
@@ -97,9 +114,18 @@ func procBench(ctx context.Context, ep string) {
 		wg.Wait()
 		conc := float64(*flagConc) / time.Since(t0).Seconds()
 		rates[p.name] = conc
+		p50s[p.name], seqs[p.name] = seq.Pct(50), seq.Rate()
 		fmt.Printf("%-24s %9s %9s %9s %14.0f %12.0f\n", p.name, latency.Ms(seq.Pct(50)), latency.Ms(seq.Pct(90)), latency.Ms(seq.Pct(99)), seq.Rate(), conc)
 	}
 	fmt.Printf("16-concurrent rate, ipkeeper etcd / host-local: %.2f\n", rates["ipkeeper etcd"]/rates["host-local (local disk)"])
+	if *flagBaseline != "" {
+		fmt.Printf("current / baseline (%s), %d ADDs on one node:\n", *flagBaseline, *flagSeq)
+		for _, ds := range []string{"local", "etcd"} {
+			cur, base := "ipkeeper "+ds, "baseline "+ds
+			fmt.Printf("  %-6s p50 %.2fx   seq ADD/s %.2fx   16-conc ADD/s %.2fx\n", ds,
+				float64(p50s[cur])/float64(p50s[base]), seqs[cur]/seqs[base], rates[cur]/rates[base])
+		}
+	}
 }
 
 // hostLocal finds or builds the upstream host-local plugin.
