@@ -86,6 +86,22 @@ func (a *StoreAllocator) readNode(ctx context.Context, name string) (store.Node,
 	return n, nil
 }
 
+// Remember tells the allocator of objects its caller has just read
+// (datastore.OpenStoreWarm's read with the layout marker): the node object,
+// which the next allocation on it uses as if it had read it (its write
+// still a compare-and-swap on the version read: a change since conflicts
+// and is read), and the pools, cached as if read now. An absent node object
+// (Version "") is not remembered.
+func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool) {
+	if n.Name != "" && n.Version != "" {
+		a.known.Store(n.Name, n)
+	}
+	now := a.Now()
+	for _, p := range pools {
+		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: now})
+	}
+}
+
 // lastKnown returns the node object as this process last saw it.
 func (a *StoreAllocator) lastKnown(name string) (store.Node, bool) {
 	v, ok := a.known.Load(name)

@@ -41,6 +41,22 @@ import (
 // that cannot be used safely keep their ErrBadPath messages; a kubeconfig
 // that cannot be loaded wraps kube.ErrBadConfig and names its path.
 func OpenStore(ctx context.Context, ds config.Datastore, shared bool) (store.Store, error) {
+	s, _, err := OpenStoreWarm(ctx, ds, shared, Warm{})
+	return s, err
+}
+
+// Warm names the objects an opener reads first (a node object, pools);
+// Warmed is what the open read of them (kvbacked.Warm, kvbacked.Warmed).
+type (
+	Warm   = kvbacked.Warm
+	Warmed = kvbacked.Warmed
+)
+
+// OpenStoreWarm is OpenStore that, on local and etcd, reads w's objects
+// with the layout marker, in the same request, and returns them (Warmed.OK
+// false when it did not: a store migrated by this open, or the kubernetes
+// datastore, which reads nothing on open).
+func OpenStoreWarm(ctx context.Context, ds config.Datastore, shared bool, w Warm) (store.Store, Warmed, error) {
 	switch ds.Type {
 	case "", config.DatastoreLocal, config.DatastoreEtcd:
 		open := Open
@@ -49,18 +65,19 @@ func OpenStore(ctx context.Context, ds config.Datastore, shared bool) (store.Sto
 		}
 		kvs, err := open(ctx, ds)
 		if err != nil {
-			return nil, unavailable(err)
+			return nil, Warmed{}, unavailable(err)
 		}
-		s, err := openTyped(ctx, kvs)
+		s, warmed, err := openTyped(ctx, kvs, w)
 		if err != nil {
 			_ = kvs.Close()
-			return nil, err
+			return nil, Warmed{}, err
 		}
-		return s, nil
+		return s, warmed, nil
 	case config.DatastoreKubernetes:
-		return openKube(ctx, ds, shared)
+		s, err := openKube(ctx, ds, shared)
+		return s, Warmed{}, err
 	default:
-		return nil, fmt.Errorf("%w: %q", ErrUnsupported, ds.Type)
+		return nil, Warmed{}, fmt.Errorf("%w: %q", ErrUnsupported, ds.Type)
 	}
 }
 
@@ -69,15 +86,16 @@ func OpenStore(ctx context.Context, ds config.Datastore, shared bool) (store.Sto
 const migrateAttempts = 4
 
 // openTyped returns the typed store on kvs, migrating it first when it
-// has no layout marker. A marked store costs one Get.
-func openTyped(ctx context.Context, kvs kv.Store) (*kvbacked.Store, error) {
+// has no layout marker, and what it read of w's objects with the marker. A
+// marked store costs one Get.
+func openTyped(ctx context.Context, kvs kv.Store, w Warm) (*kvbacked.Store, Warmed, error) {
 	for range migrateAttempts {
-		layout, err := kvbacked.ReadLayout(ctx, kvs)
+		layout, warmed, err := kvbacked.ReadLayoutWarm(ctx, kvs, w)
 		if err != nil {
-			return nil, fmt.Errorf("datastore: %w", err)
+			return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
 		}
 		if layout == kvbacked.LayoutTyped {
-			return kvbacked.New(kvs), nil
+			return kvbacked.New(kvs), warmed, nil
 		}
 		rep, err := kvbacked.Migrate(ctx, kvs)
 		switch {
@@ -87,19 +105,19 @@ func openTyped(ctx context.Context, kvs kv.Store) (*kvbacked.Store, error) {
 					"handles", rep.Handles, "pools", rep.Pools, "fenced", rep.Fenced, "deleted", rep.Deleted,
 					"orphans", rep.Orphans, "strays", rep.Strays, "unaffine", rep.UnaffineBlocks, "dropped", rep.DroppedBlocks)
 			}
-			return kvbacked.New(kvs), nil
+			return kvbacked.New(kvs), Warmed{}, nil
 		case errors.Is(err, kvbacked.ErrLateWrite):
 			// The marker is written: the typed objects are the truth. The
 			// late first-layout keys stay for `ipkeeperctl check`.
 			slog.Default().Warn("datastore: first-layout keys written during the migration were left in place", "keys", rep.Late, "err", err)
-			return kvbacked.New(kvs), nil
+			return kvbacked.New(kvs), Warmed{}, nil
 		case errors.Is(err, store.ErrConflict):
 			continue // another process migrates meanwhile: read the marker again
 		default:
-			return nil, fmt.Errorf("datastore: migrate the first storage layout: %w", err)
+			return nil, Warmed{}, fmt.Errorf("datastore: migrate the first storage layout: %w", err)
 		}
 	}
-	return nil, fmt.Errorf("%w: datastore: the store kept changing while it was migrated (%d attempts)", store.ErrConflict, migrateAttempts)
+	return nil, Warmed{}, fmt.Errorf("%w: datastore: the store kept changing while it was migrated (%d attempts)", store.ErrConflict, migrateAttempts)
 }
 
 // unavailable adds store.ErrUnavailable to a kv.ErrUnavailable error;

@@ -40,7 +40,7 @@ func BenchmarkLayoutCheck(b *testing.B) {
 			cnt := &kvCounter{Store: kvs}
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := openTyped(b.Context(), cnt); err != nil {
+				if _, _, err := openTyped(b.Context(), cnt, Warm{}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -232,7 +232,7 @@ func TestOpenStoreMigratesFirstLayout(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := &kvCounter{Store: kvs}
-			ts, err := openTyped(ctx, c)
+			ts, _, err := openTyped(ctx, c, Warm{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -297,7 +297,7 @@ func TestOpenStoreEmpty(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := &kvCounter{Store: kvs}
-			s, err := openTyped(ctx, c)
+			s, _, err := openTyped(ctx, c, Warm{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,7 +313,7 @@ func TestOpenStoreEmpty(t *testing.T) {
 				t.Fatal(err)
 			}
 			c = &kvCounter{Store: kvs}
-			if s, err = openTyped(ctx, c); err != nil {
+			if s, _, err = openTyped(ctx, c, Warm{}); err != nil {
 				t.Fatal(err)
 			}
 			s.Close()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -87,8 +88,9 @@ type prepareFunc func(context.Context, *config.IPAM) (*config.IPAM, error)
 // open parses the config, prepares it and opens its datastore. Everything
 // that can be checked without the datastore (the pools the ranges define
 // included) is checked before it is opened, so that bad input never
-// creates one.
-func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*session, error) {
+// creates one. With warm (ADD), the node's object and the config's pools
+// are read with the open's own read (datastore.OpenStoreWarm).
+func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc, warm bool) (*session, error) {
 	conf, err := config.Parse(stdin)
 	if err != nil {
 		return nil, err
@@ -111,11 +113,21 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*
 		}
 		return &session{conf: conf, alloc: alloc, close: func() {}, planned: planned}, nil
 	}
-	store, err := datastore.OpenStore(ctx, conf.Datastore, false)
+	var w datastore.Warm
+	if warm {
+		w = datastore.Warm{Node: conf.NodeName, Pools: slices.Clone(conf.Pools)}
+		for _, d := range netpools.Definitions(planned) {
+			w.Pools = append(w.Pools, d.Name)
+		}
+	}
+	store, warmed, err := datastore.OpenStoreWarm(ctx, conf.Datastore, false, w)
 	if err != nil {
 		return nil, err
 	}
 	alloc := allocator.NewStoreAllocator(store, p.Log)
+	if warmed.OK {
+		alloc.Remember(warmed.Node, warmed.Pools)
+	}
 	return &session{
 		conf:    conf,
 		alloc:   alloc,
@@ -127,19 +139,19 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc) (*
 // withSession runs fn with the parsed config and the open datastore, under
 // the invocation's timeout, and maps any error to a CNI error with toCNI.
 func (p *Plugin) withSession(stdin []byte, toCNI func(error) *types.Error, fn func(context.Context, *session) error) error {
-	return p.withPreparedSession(stdin, toCNI, nil, fn)
+	return p.withPreparedSession(stdin, toCNI, nil, false, fn)
 }
 
 // withPreparedSession is withSession with a prepare step before the
-// datastore is opened.
-func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Error, prepare prepareFunc, fn func(context.Context, *session) error) error {
+// datastore is opened, warm as open's.
+func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Error, prepare prepareFunc, warm bool, fn func(context.Context, *session) error) error {
 	deadline := p.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(Timeout)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	s, err := p.open(ctx, stdin, prepare)
+	s, err := p.open(ctx, stdin, prepare, warm)
 	if err == nil {
 		defer s.close()
 		err = fn(ctx, s)
@@ -169,7 +181,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	var pa podAware
 	prepare := p.kubePrepare(args.StdinData, att, true, &pa)
-	return p.withPreparedSession(args.StdinData, cniError, prepare, func(ctx context.Context, s *session) error {
+	return p.withPreparedSession(args.StdinData, cniError, prepare, true, func(ctx context.Context, s *session) error {
 		sets, define, err := s.rangeSets(ctx)
 		if err != nil {
 			return err
@@ -314,7 +326,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		return asCNI(err, statusError)
 	}
 	var pa podAware
-	return p.withPreparedSession(args.StdinData, statusError, p.kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), status)
+	return p.withPreparedSession(args.StdinData, statusError, p.kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), false, status)
 }
 
 // statusError maps STATUS failures that mean "cannot serve ADD now" to the

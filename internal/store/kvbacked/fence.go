@@ -40,8 +40,13 @@ func ReadLayout(ctx context.Context, s kv.Store) (Layout, error) {
 	if err != nil {
 		return LayoutUnmarked, mapErr("read the layout marker", err)
 	}
-	switch v := string(es[0].Value); {
-	case es[0].Version == 0:
+	return layoutOf(es[0])
+}
+
+// layoutOf tells the layout by the marker key as read.
+func layoutOf(e kv.KeyValue) (Layout, error) {
+	switch v := string(e.Value); {
+	case e.Version == 0:
 		return LayoutUnmarked, nil
 	case v == layoutV2:
 		return LayoutTyped, nil

@@ -1,0 +1,65 @@
+package plugin
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+)
+
+// etcdRPCs sums the KV RPCs (Range and Txn, any outcome) an etcd server
+// has handled, from its /metrics.
+func etcdRPCs(t *testing.T, endpoint string) int {
+	t.Helper()
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "grpc_server_handled_total{") || !strings.Contains(l, `grpc_service="etcdserverpb.KV"`) ||
+			!strings.Contains(l, `grpc_method="Range"`) && !strings.Contains(l, `grpc_method="Txn"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", l, err)
+		}
+		n += int(v)
+	}
+	return n
+}
+
+// TestADDRoundTripsOnEtcd: a dual-stack ADD on etcd whose node already
+// holds blocks with room costs two requests: the open's read of the layout
+// marker, the node's object and both pools together, and the one write.
+func TestADDRoundTripsOnEtcd(t *testing.T) {
+	srv := etcdtest.ForTest(t, nil)
+	t.Setenv("IPKEEPER_LOCK_DIR", t.TempDir())
+	h := newHarness(t)
+	conf := fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"net1","type":"bridge",
+		"ipam":{"type":"ipkeeper","nodeName":"node-a","datastore":{"type":"etcd","endpoints":[%q],"prefix":"/warm"},%s}}`,
+		srv.Endpoint, dualRanges)
+	if _, err := h.add("c0", conf); err != nil { // pools, claims, blocks
+		t.Fatal(err)
+	}
+	before := etcdRPCs(t, srv.Endpoint)
+	res, err := h.add("c1", conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := etcdRPCs(t, srv.Endpoint) - before; n != 2 {
+		t.Errorf("a warm dual-stack ADD took %d etcd requests, want 2 (one read, one write)", n)
+	}
+	if len(res.IPs) != 2 {
+		t.Fatalf("ADD = %v, want two addresses", addrs(res))
+	}
+}
