@@ -64,9 +64,15 @@ func (a *StoreAllocator) releaseUnaffine(ctx context.Context, id string) ([]neti
 // release frees what it can of handle id and returns what it freed, also
 // when it then fails.
 func (a *StoreAllocator) release(ctx context.Context, node, id string) (freed []netip.Addr, err error) {
-	own, err := a.readNode(ctx, node)
-	if err != nil {
-		return nil, err
+	// The object as last seen (the plugin's open read it a moment ago) is
+	// used when it names the handle: the write is a compare-and-swap on
+	// its version, so a stale copy conflicts and is read again. That it
+	// does not name the handle is never taken on trust: read.
+	own, known := a.lastKnown(node)
+	if !known || !hasRecord(own, id) && len(own.LendersOf(id)) == 0 {
+		if own, err = a.readNode(ctx, node); err != nil {
+			return nil, err
+		}
 	}
 	for _, l := range own.LendersOf(id) {
 		ln, err := a.store.GetNode(ctx, l)

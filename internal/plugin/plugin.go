@@ -88,8 +88,8 @@ type prepareFunc func(context.Context, *config.IPAM) (*config.IPAM, error)
 // open parses the config, prepares it and opens its datastore. Everything
 // that can be checked without the datastore (the pools the ranges define
 // included) is checked before it is opened, so that bad input never
-// creates one. With warm (ADD), the node's object and the config's pools
-// are read with the open's own read (datastore.OpenStoreWarm).
+// creates one. With warm (ADD, DEL), the node's object and the config's
+// pools are read with the open's own read (datastore.OpenStoreWarm).
 func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc, warm bool) (*session, error) {
 	conf, err := config.Parse(stdin)
 	if err != nil {
@@ -245,7 +245,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if ok, err := p.forward("DEL", args); ok {
 		return asCNI(err, cniError)
 	}
-	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+	return p.withPreparedSession(args.StdinData, cniError, nil, true, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
 		freed, err := s.alloc.Release(ctx, s.conf.NodeName, id)
 		if err == nil {

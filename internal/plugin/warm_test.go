@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
@@ -41,6 +44,7 @@ func etcdRPCs(t *testing.T, endpoint string) int {
 // TestADDRoundTripsOnEtcd: a dual-stack ADD on etcd whose node already
 // holds blocks with room costs two requests: the open's read of the layout
 // marker, the node's object and both pools together, and the one write.
+// Its DEL likewise.
 func TestADDRoundTripsOnEtcd(t *testing.T) {
 	srv := etcdtest.ForTest(t, nil)
 	t.Setenv("IPKEEPER_LOCK_DIR", t.TempDir())
@@ -61,5 +65,21 @@ func TestADDRoundTripsOnEtcd(t *testing.T) {
 	}
 	if len(res.IPs) != 2 {
 		t.Fatalf("ADD = %v, want two addresses", addrs(res))
+	}
+	before = etcdRPCs(t, srv.Endpoint)
+	if err := h.p.Del(h.args("c1", conf)); err != nil {
+		t.Fatal(err)
+	}
+	if n := etcdRPCs(t, srv.Endpoint) - before; n != 2 {
+		t.Errorf("a DEL took %d etcd requests, want 2 (one read, one write)", n)
+	}
+	st, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/warm"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	hs, err := allocator.NewStoreAllocator(st, nil).Handles(t.Context())
+	if err != nil || len(hs) != 1 || hs[0].ContainerID != "c0" {
+		t.Fatalf("handles after the DEL of c1: %+v, %v; want c0's alone", hs, err)
 	}
 }
