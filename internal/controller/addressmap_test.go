@@ -356,15 +356,7 @@ func tamper(tok string) string {
 func mapFixture(t *testing.T, s *kubetest.Server, pool ipam.Pool) (string, string, ipam.Handle) {
 	t.Helper()
 	ctx := context.Background()
-	ns := strings.ToLower(fmt.Sprintf("m%d", time.Now().UnixNano()%1e9))
-	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	node := ns + "-a"
-	if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	ns, node := namespaceAndNode(t, s, "m")
 	dir := t.TempDir()
 	st, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, true)
 	if err != nil {
@@ -400,4 +392,21 @@ func mapFixture(t *testing.T, s *kubetest.Server, pool ipam.Pool) (string, strin
 		t.Fatal(err)
 	}
 	return dir, ns, hs["gone"]
+}
+
+// namespaceAndNode creates a namespace named prefix plus a number and a
+// node named after it ("-a"; deleted when the test ends).
+func namespaceAndNode(t *testing.T, s *kubetest.Server, prefix string) (ns, node string) {
+	t.Helper()
+	ctx := context.Background()
+	ns = strings.ToLower(fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%1e9))
+	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node = ns + "-a"
+	if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	return ns, node
 }

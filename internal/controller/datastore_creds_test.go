@@ -8,10 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,16 +37,7 @@ var credsPool = ipam.Pool{Name: "creds", CIDR: netipPrefix("10.77.0.0/24"), Bloc
 //     environment.
 func TestDatastoreCredentials(t *testing.T) {
 	s := kubetest.Require(t, srv)
-	ctx := context.Background()
-	base := strings.ToLower(fmt.Sprintf("dc%d", time.Now().UnixNano()%1e9))
-	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: base}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	node := base + "-a"
-	if _, err := s.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Client.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	base, node := namespaceAndNode(t, s, "dc")
 	controllerKubeconfig := s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
 	noDatastore := watcherKubeconfig(t, s, base)
 	missing := filepath.Join(t.TempDir(), "node", "ipkeeper-kubeconfig")
