@@ -1,13 +1,15 @@
 // Package etcdfault tests ipkeeper against real etcd: the plugin binary as
 // a process on embedded etcd, kill -9 of plugin processes, and a
 // three-member etcd cluster of separate processes whose leader is killed
-// during a run.
+// during a run; and pool removal interrupted by a failing write on the
+// local store, etcd and the kubernetes datastore of a real kube-apiserver.
 package etcdfault
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -15,9 +17,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
@@ -26,6 +30,13 @@ var (
 	pluginBin string
 	// shared is an embedded etcd for the tests that do not kill etcd.
 	shared *etcdtest.Server
+	// kube is a kube-apiserver with deploy/'s CRDs and RBAC, started by
+	// the first test that asks for it (kubeServer) and stopped by TestMain.
+	kube struct {
+		once sync.Once
+		srv  *kubetest.Server
+		err  error
+	}
 )
 
 // moduleRoot is the repository root (two levels above this package).
@@ -41,18 +52,33 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	pluginBin = filepath.Join(tmp, "ipkeeper")
-	cmd := exec.Command("go", "build", "-o", pluginBin, "./cmd/ipkeeper")
+	// On the kubernetes datastore the plugin execs ipkeeper-kube from its
+	// own directory.
+	cmd := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./cmd/ipkeeper", "./cmd/ipkeeper-kube")
 	cmd.Dir = moduleRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/ipkeeper: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "go build ./cmd/ipkeeper ./cmd/ipkeeper-kube: %v\n%s", err, out)
 		os.Exit(2)
 	}
 	s, stop := etcdtest.Shared()
 	shared = s
 	code := m.Run()
 	stop()
+	kube.srv.Stop()
 	_ = os.RemoveAll(tmp)
 	os.Exit(code)
+}
+
+// kubeServer returns the package's kube-apiserver, starting it on first
+// use. Without a kube-apiserver binary it skips t, or fails it under
+// CI=true (kubetest.Require); a server that does not start fails t.
+func kubeServer(t *testing.T) *kubetest.Server {
+	t.Helper()
+	kube.once.Do(func() { kube.srv, kube.err = kubetest.StartMain() })
+	if kube.err != nil && !errors.Is(kube.err, kubetest.ErrNoAPIServer) {
+		t.Fatal(kube.err)
+	}
+	return kubetest.Require(t, kube.srv)
 }
 
 // netconf is a bridge network config with ipkeeper IPAM on etcd: one IPv4

@@ -16,6 +16,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ctl"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore for OpenStore and ipkeeperctl
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
@@ -123,26 +124,53 @@ func (f *faultStore) DeleteNode(ctx context.Context, n store.Node) error {
 	return f.Store.DeleteNode(ctx, n)
 }
 
-// backend is a datastore the removal test runs on: the datastore object
-// the test (datastore.OpenStore), the plugin and ipkeeperctl open.
+// backend is a datastore the removal test runs on: ds is what the test
+// (datastore.OpenStore) and ipkeeperctl open, pluginDS what the plugin's
+// config names — the same but for the kubernetes datastore, where
+// ipkeeperctl authenticates as the controller's ServiceAccount and the
+// plugin as the node's, with the RBAC deploy/ ships.
 type backend struct {
-	name string
-	ds   config.Datastore
+	name         string
+	ds, pluginDS config.Datastore
 }
 
-func backends(t *testing.T, fam string) []backend {
-	return []backend{
-		{name: "local", ds: config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}},
-		{name: "etcd", ds: config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{shared.Endpoint}, Prefix: "/" + t.Name() + "/" + fam}},
+// backendNames are the datastores of TestPoolRemoval.
+var backendNames = []string{"local", "etcd", "kubernetes"}
+
+// newBackend makes a fresh, empty datastore of the named kind for t; fam
+// tells the partitions of the shared etcd and API server apart. The
+// kubernetes one skips t without a kube-apiserver binary (fails it under
+// CI=true).
+func newBackend(t *testing.T, name, fam string) backend {
+	var ds config.Datastore
+	switch name {
+	case "local":
+		ds = config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}
+	case "etcd":
+		ds = config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{shared.Endpoint}, Prefix: "/" + t.Name() + "/" + fam}
+	case "kubernetes":
+		srv := kubeServer(t)
+		ds = config.Datastore{Type: config.DatastoreKubernetes, Prefix: "prm-" + fam,
+			Kubeconfig:  srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"),
+			DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
+		node := ds
+		node.Kubeconfig = srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+		return backend{name: name, ds: ds, pluginDS: node}
+	default:
+		t.Fatalf("no backend %q", name)
 	}
+	return backend{name: name, ds: ds, pluginDS: ds}
 }
 
 // pluginConf is a config whose one range set is the named pool.
 func pluginConf(ds config.Datastore, node, pool string) []byte {
 	var d string
-	if ds.Type == config.DatastoreEtcd {
+	switch ds.Type {
+	case config.DatastoreEtcd:
 		d = fmt.Sprintf(`{"type":"etcd","endpoints":[%q],"prefix":%q}`, ds.Endpoints[0], ds.Prefix)
-	} else {
+	case config.DatastoreKubernetes:
+		d = fmt.Sprintf(`{"type":"kubernetes","kubeconfig":%q,"prefix":%q}`, ds.Kubeconfig, ds.Prefix)
+	default:
 		d = fmt.Sprintf(`{"type":"local","path":%q}`, ds.Path)
 	}
 	return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"net1","type":"bridge",
@@ -153,9 +181,12 @@ func pluginConf(ds config.Datastore, node, pool string) []byte {
 // and the exit status.
 func ipkeeperctl(t *testing.T, ds config.Datastore, args ...string) (string, string, int) {
 	var global []string
-	if ds.Type == config.DatastoreEtcd {
+	switch ds.Type {
+	case config.DatastoreEtcd:
 		global = []string{"--datastore", "etcd", "--etcd-endpoints", ds.Endpoints[0], "--etcd-prefix", ds.Prefix}
-	} else {
+	case config.DatastoreKubernetes:
+		global = []string{"--datastore", "kubernetes", "--datastore-kubeconfig", ds.Kubeconfig, "--datastore-prefix", ds.Prefix}
+	default:
 		global = []string{"--datastore", "local", "--local-path", ds.Path}
 	}
 	var out, errb bytes.Buffer
@@ -164,9 +195,10 @@ func ipkeeperctl(t *testing.T, ds config.Datastore, args ...string) (string, str
 	return out.String(), errb.String(), code
 }
 
-// TestPoolRemoval removes a pool of more than 100 claimed blocks, on etcd
-// and on the local store, IPv4 and IPv6: removal writes one object at a
-// time; one that fails midway — between two blocks, or between a block
+// TestPoolRemoval removes a pool of more than 100 claimed blocks, on the
+// local store, etcd and the kubernetes datastore (a real kube-apiserver
+// with deploy/'s CRDs and RBAC), IPv4 and IPv6: removal writes one object
+// at a time; one that fails midway — between two blocks, or between a block
 // taken out of its node's object and its claim's deletion — leaves a pool
 // that hands out nothing, that check reports as being removed (and
 // nothing else but the claim left behind), tells ADD (CNI 101) how to
@@ -183,8 +215,9 @@ func TestPoolRemoval(t *testing.T) {
 		{"v6", netip.MustParsePrefix("fd88::/117"), netip.MustParsePrefix("fd89::/120"), 125},
 	} {
 		t.Run(fam.name, func(t *testing.T) {
-			for _, b := range backends(t, fam.name) {
-				t.Run(b.name, func(t *testing.T) {
+			for _, name := range backendNames {
+				t.Run(name, func(t *testing.T) {
+					b := newBackend(t, name, fam.name)
 					pool := ipam.Pool{Name: "p", CIDR: fam.cidr, BlockSize: fam.block, Origin: "cli"}
 					other := ipam.Pool{Name: "other", CIDR: fam.other, BlockSize: fam.block, Origin: "cli"}
 					testPoolRemoval(t, b, pool, other)
@@ -280,7 +313,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 	}
 	add := func(node, container string) outcome {
 		t.Helper()
-		o, err := runPlugin(ctx, t, "ADD", container, pluginConf(b.ds, node, pool.Name), t.TempDir())
+		o, err := runPlugin(ctx, t, "ADD", container, pluginConf(b.pluginDS, node, pool.Name), t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,7 +365,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 	if o := add("node-new", "c-kept"); o.Code != 0 || len(o.IPs) != 1 || !pool.CIDR.Contains(o.IPs[0]) {
 		t.Fatalf("ADD after the removal was cancelled: %+v", o)
 	}
-	if o, err := runPlugin(ctx, t, "DEL", "c-kept", pluginConf(b.ds, "node-new", pool.Name), t.TempDir()); err != nil || o.Code != 0 {
+	if o, err := runPlugin(ctx, t, "DEL", "c-kept", pluginConf(b.pluginDS, "node-new", pool.Name), t.TempDir()); err != nil || o.Code != 0 {
 		t.Fatalf("DEL: %v %+v", err, o)
 	}
 
