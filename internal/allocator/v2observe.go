@@ -112,18 +112,9 @@ func (a *StoreAllocator) ReleaseObserved(ctx context.Context, o StoreObserved) (
 			if err != nil {
 				return err
 			}
-			next, ips, err := nodealloc.ReleaseObserved(n, p.Record)
-			if errors.Is(err, nodealloc.ErrChanged) {
-				return fmt.Errorf("%w: %w", ErrHandleChanged, err)
-			}
+			next, ips, err := releaseObservedRecord(n, p.Record, p.Object == o.Handle.Node)
 			if err != nil {
 				return err
-			}
-			if len(ips) == 0 {
-				return fmt.Errorf("%w: handle %s was released meanwhile", ErrHandleChanged, o.Handle.ID)
-			}
-			if p.Object == o.Handle.Node {
-				next.Loans = slices.DeleteFunc(slices.Clone(next.Loans), func(l store.Loan) bool { return l.Handle == o.Handle.ID })
 			}
 			if _, err := a.writeNode(ctx, next); err != nil {
 				return err
@@ -136,6 +127,25 @@ func (a *StoreAllocator) ReleaseObserved(ctx context.Context, o StoreObserved) (
 		}
 	}
 	return freed, nil
+}
+
+// releaseObservedRecord frees record rec of object n while it is as
+// observed (ErrHandleChanged otherwise, or when it is gone), and with own
+// (n is the handle's node's object) drops the handle's loans too.
+func releaseObservedRecord(n store.Node, rec ipam.Handle, own bool) (store.Node, []ipam.HandleIP, error) {
+	next, ips, err := nodealloc.ReleaseObserved(n, rec)
+	switch {
+	case errors.Is(err, nodealloc.ErrChanged):
+		return n, nil, fmt.Errorf("%w: %w", ErrHandleChanged, err)
+	case err != nil:
+		return n, nil, err
+	case len(ips) == 0:
+		return n, nil, fmt.Errorf("%w: handle %s was released meanwhile", ErrHandleChanged, rec.ID)
+	}
+	if own {
+		next.Loans = slices.DeleteFunc(slices.Clone(next.Loans), func(l store.Loan) bool { return l.Handle == rec.ID })
+	}
+	return next, ips, nil
 }
 
 func boolOrder(b bool) int {

@@ -2,13 +2,10 @@ package allocator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -99,19 +96,13 @@ func releaseEach(n store.Node, recs []ipam.Handle) (res []ReleaseOutcome, next s
 	res = make([]ReleaseOutcome, len(recs))
 	next = n
 	for j, rec := range recs {
-		c, ips, err := nodealloc.ReleaseObserved(next, rec)
-		switch {
-		case errors.Is(err, nodealloc.ErrChanged):
-			res[j].Err = fmt.Errorf("%w: %w", ErrHandleChanged, err)
-		case err != nil:
+		c, ips, err := releaseObservedRecord(next, rec, true)
+		if err != nil {
 			res[j].Err = err
-		case len(ips) == 0:
-			res[j].Err = fmt.Errorf("%w: handle %s was released meanwhile", ErrHandleChanged, rec.ID)
-		default:
-			c.Loans = slices.DeleteFunc(slices.Clone(c.Loans), func(l store.Loan) bool { return l.Handle == rec.ID })
-			next, changed = c, true
-			res[j].Freed = addrs(ips)
+			continue
 		}
+		next, changed = c, true
+		res[j].Freed = addrs(ips)
 	}
 	return res, next, changed
 }
