@@ -96,6 +96,11 @@ func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool) {
 	if n.Name != "" && n.Version != "" {
 		a.known.Store(n.Name, n)
 	}
+	a.cachePools(pools)
+}
+
+// cachePools caches pools as read now.
+func (a *StoreAllocator) cachePools(pools []store.Pool) {
 	now := a.Now()
 	for _, p := range pools {
 		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: now})
@@ -231,9 +236,6 @@ func (a *StoreAllocator) prefetchPools(ctx context.Context, names []string) erro
 	if err != nil {
 		return storeErr(err)
 	}
-	now := a.Now()
-	for _, p := range all {
-		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: now})
-	}
+	a.cachePools(all)
 	return nil
 }
