@@ -36,11 +36,8 @@ const (
 // ReadLayout tells a store's layout by one read of its marker key (one
 // Get: one round trip on etcd, a read transaction on the local file).
 func ReadLayout(ctx context.Context, s kv.Store) (Layout, error) {
-	es, err := s.Get(ctx, layoutKey)
-	if err != nil {
-		return LayoutUnmarked, mapErr("read the layout marker", err)
-	}
-	return layoutOf(es[0])
+	l, _, err := ReadLayoutWarm(ctx, s, Warm{})
+	return l, err
 }
 
 // layoutOf tells the layout by the marker key as read.
