@@ -55,7 +55,10 @@ type (
 // OpenStoreWarm is OpenStore that, on local and etcd, reads w's objects
 // with the layout marker, in the same request, and returns them (Warmed.OK
 // false when it did not: a store migrated by this open, or the kubernetes
-// datastore, which reads nothing on open).
+// datastore, which reads nothing on open). A plugin open of etcd (not
+// shared, w.Node set) takes w's node object from the node's hint file
+// instead of reading it, when the file is of this store, and its Close
+// leaves the object as last read or written there (hintfile.go).
 func OpenStoreWarm(ctx context.Context, ds config.Datastore, shared bool, w Warm) (store.Store, Warmed, error) {
 	switch ds.Type {
 	case "", config.DatastoreLocal, config.DatastoreEtcd:
@@ -67,12 +70,21 @@ func OpenStoreWarm(ctx context.Context, ds config.Datastore, shared bool, w Warm
 		if err != nil {
 			return nil, Warmed{}, unavailable(err)
 		}
+		var hint string
+		if !shared && ds.Type == config.DatastoreEtcd && w.Node != "" {
+			hint = hintPath(lockDir(), lockName(etcdConfig(ds)), w.Node)
+			w.Hint = loadHint(hint, w.Node)
+		}
 		s, warmed, err := openTyped(ctx, kvs, w)
 		if err != nil {
 			_ = kvs.Close()
 			return nil, Warmed{}, err
 		}
-		return s, warmed, nil
+		if hint == "" {
+			return s, warmed, nil
+		}
+		s.Track(w.Node, warmed.Hint)
+		return &hintedStore{Store: s, path: hint, storeID: warmed.Store}, warmed, nil
 	case config.DatastoreKubernetes:
 		s, err := openKube(ctx, ds, shared)
 		return s, Warmed{}, err

@@ -18,9 +18,16 @@ func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 	}
 	e, err := s.get(ctx, fmt.Sprintf("node object %q", name), nodeKey(name))
 	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			s.observe(name, nil, "", false)
+		}
 		return store.Node{}, err
 	}
-	return decodeNode(name, e)
+	n, err := decodeNode(name, e)
+	if err == nil {
+		s.observe(name, e.Value, n.Version, false)
+	}
+	return n, err
 }
 
 func decodeNode(name string, e kv.KeyValue) (store.Node, error) {
@@ -58,9 +65,11 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 	what := fmt.Sprintf("create node object %q", n.Name)
 	rev, err := s.txn(ctx, what, []kv.Cond{{Key: ops[0].Key}}, ops)
 	if err != nil {
+		s.observe(n.Name, nil, "", !errors.Is(err, kv.ErrConflict))
 		return store.Node{}, createErr(what, err)
 	}
 	n.Version = stored(rev)
+	s.observe(n.Name, ops[0].Value, n.Version, true)
 	return n, nil
 }
 
@@ -80,9 +89,11 @@ func (s *Store) UpdateNode(ctx context.Context, n store.Node) (store.Node, error
 	}
 	rev, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, ops)
 	if err != nil {
+		s.observe(n.Name, nil, "", !errors.Is(err, kv.ErrConflict))
 		return store.Node{}, s.casErr(ctx, what, key, err)
 	}
 	n.Version = stored(rev)
+	s.observe(n.Name, ops[0].Value, n.Version, true)
 	return n, nil
 }
 
@@ -106,8 +117,10 @@ func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 		}
 	}
 	if _, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, ops); err != nil {
+		s.observe(n.Name, nil, "", !errors.Is(err, kv.ErrConflict))
 		return s.casErr(ctx, what, key, err)
 	}
+	s.observe(n.Name, nil, "", true)
 	return nil
 }
 

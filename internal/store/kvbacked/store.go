@@ -48,6 +48,8 @@ type Store struct {
 	revs bool
 	lim  kv.Limits
 	max  int
+	// track is what Track asked to remember of one node object.
+	track tracker
 }
 
 var _ store.Store = (*Store)(nil)

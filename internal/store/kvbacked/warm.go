@@ -14,6 +14,10 @@ import (
 type Warm struct {
 	Node  string
 	Pools []string
+	// Hint, when usable for Node, stands for the node object: the read
+	// skips it and takes the hint instead when the store has the hint's
+	// identity (NodeHint).
+	Hint *NodeHint
 }
 
 // Warmed is what ReadLayoutWarm found of Warm's objects. OK is false when
@@ -26,14 +30,23 @@ type Warmed struct {
 	Node store.Node
 	// Pools are those of Warm's pools that exist.
 	Pools []store.Pool
+	// Store is the store's identity ("" when it has none yet).
+	Store string
+	// Hint is Node as stored (Value nil when there is none), for
+	// Store.Track; Hinted says it came from Warm.Hint, not from the store.
+	Hint   NodeHint
+	Hinted bool
 }
 
 // ReadLayoutWarm is ReadLayout that reads w's objects in the same Get.
-// Names no object can have are not read.
+// Names no object can have are not read. With a usable w.Hint the node
+// object is not read unless the store turns out not to be the hint's (one
+// more Get).
 func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, error) {
-	keys := []string{layoutKey}
+	keys := []string{layoutKey, storeKey}
 	node := w.Node != "" && store.ValidName("node", w.Node) == nil
-	if node {
+	hinted := node && w.Hint.usable(w.Node)
+	if node && !hinted {
 		keys = append(keys, nodeKey(w.Node))
 	}
 	for _, p := range w.Pools {
@@ -46,19 +59,39 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 		return LayoutUnmarked, Warmed{}, mapErr("read the layout marker", err)
 	}
 	layout, err := layoutOf(es[0])
-	if err != nil || layout != LayoutTyped || len(es) == 1 {
+	if err != nil || layout != LayoutTyped || !node && len(es) == 2 {
 		return layout, Warmed{}, err
 	}
-	out := Warmed{OK: true}
-	es = es[1:]
+	out := Warmed{OK: true, Store: string(es[1].Value)}
+	es = es[2:]
+	if hinted && out.Store != w.Hint.Store {
+		// Not the hint's store: read the object after all.
+		hinted = false
+		more, err := s.Get(ctx, nodeKey(w.Node))
+		if err != nil {
+			return LayoutUnmarked, Warmed{}, mapErr("read the layout marker", err)
+		}
+		es = append(more, es...)
+	}
 	if node {
 		out.Node = store.Node{Name: w.Node}
-		if es[0].Version != 0 {
+		switch {
+		case hinted:
+			n, err := store.UnmarshalNode(w.Node, w.Hint.Value)
+			if err != nil {
+				return layout, Warmed{}, nil
+			}
+			n.Version = w.Hint.Version
+			out.Node, out.Hint, out.Hinted = n, *w.Hint, true
+		case es[0].Version != 0:
 			if out.Node, err = decodeNode(w.Node, es[0]); err != nil {
 				return layout, Warmed{}, nil
 			}
+			out.Hint = NodeHint{Store: out.Store, Node: w.Node, Version: out.Node.Version, Value: es[0].Value}
+			es = es[1:]
+		default:
+			es = es[1:]
 		}
-		es = es[1:]
 	}
 	for _, e := range es {
 		if e.Version == 0 {

@@ -1,0 +1,137 @@
+package datastore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/local"
+)
+
+// A plugin process on etcd leaves its node object, as it last read or
+// wrote it, in a hint file beside its node lock, for the next process of
+// the node: that one then does not read the object (often the largest
+// thing an ADD moves: ~0.3 KB per pod on the node) and writes its change
+// as a compare-and-swap at the hinted version (kvbacked.NodeHint). The
+// file is read and written under the node lock only. A lost, torn, stale
+// or foreign hint costs a read, never correctness: the hint is taken only
+// from a store with the identity it names and only as the base of a
+// compare-and-swap.
+//
+// Not on the local file (reading it there costs what decoding the hint
+// costs) nor the Kubernetes API (its node agent keeps the object in
+// memory).
+
+// hintFileVersion is the first line's format tag.
+const hintFileVersion = 1
+
+// maxHintFileBytes bounds what is read: a node object's limit and room for
+// the header line.
+const maxHintFileBytes = 3<<19 + 4<<10
+
+// hintHeader is the hint file's first line; the node object's stored
+// bytes follow it.
+type hintHeader struct {
+	Format  int           `json:"format"`
+	Store   string        `json:"store"`
+	Node    string        `json:"node"`
+	Version store.Version `json:"version"`
+}
+
+// hintPath is node's hint file for the datastore whose node lock file is
+// lock, in dir.
+func hintPath(dir, lock, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return filepath.Join(dir, strings.TrimSuffix(lock, ".lock")+"-"+hex.EncodeToString(sum[:8])+".hint")
+}
+
+// loadHint reads the hint file at path; nil when there is none usable
+// (missing, not a private regular file, too large, malformed, or of
+// another node).
+func loadHint(path, node string) *kvbacked.NodeHint {
+	f, err := local.OpenPrivateFile("hint file", path, os.O_RDONLY)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxHintFileBytes+1))
+	if err != nil || len(b) > maxHintFileBytes {
+		return nil
+	}
+	line, value, ok := bytes.Cut(b, []byte{'\n'})
+	var h hintHeader
+	if !ok || json.Unmarshal(line, &h) != nil || h.Format != hintFileVersion || h.Node != node || len(value) == 0 {
+		return nil
+	}
+	return &kvbacked.NodeHint{Store: h.Store, Node: h.Node, Version: h.Version, Value: value}
+}
+
+// saveHint replaces the hint file at path by h, through a temporary file
+// renamed over it (a reader under the lock sees the old file or the new
+// one). Failures leave no hint: it is only a hint.
+func saveHint(path string, h kvbacked.NodeHint) {
+	line, err := json.Marshal(hintHeader{Format: hintFileVersion, Store: h.Store, Node: h.Node, Version: h.Version})
+	if err != nil || len(line)+1+len(h.Value) > maxHintFileBytes {
+		removeHint(path)
+		return
+	}
+	tmp := path + ".tmp"
+	f, err := local.OpenPrivateFile("hint file", tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		removeHint(path)
+		return
+	}
+	_, werr := f.Write(append(append(line, '\n'), h.Value...))
+	cerr := f.Close()
+	if werr != nil || cerr != nil || os.Rename(tmp, path) != nil {
+		_ = os.Remove(tmp)
+		removeHint(path)
+	}
+}
+
+// removeHint deletes the hint file at path, if any.
+func removeHint(path string) { _ = os.Remove(path) }
+
+// storeIDTimeout bounds giving a store its identity when a plugin closes
+// (once in the store's life).
+const storeIDTimeout = 2 * time.Second
+
+// hintedStore is the plugin's typed store on etcd: Close leaves the node
+// object it last read or wrote in the hint file before the node lock is
+// released.
+type hintedStore struct {
+	*kvbacked.Store
+	path    string
+	storeID string
+}
+
+// Close writes or removes the hint file, then closes the store (which
+// releases the node lock).
+func (h *hintedStore) Close() error {
+	if hint, ok := h.Tracked(); ok {
+		id := h.storeID
+		if id == "" && hint.Wrote {
+			ctx, cancel := context.WithTimeout(context.Background(), storeIDTimeout)
+			id, _ = kvbacked.EnsureStoreID(ctx, h.KV())
+			cancel()
+		}
+		if id != "" {
+			hint.Store = id
+			saveHint(h.path, hint)
+		} else {
+			removeHint(h.path)
+		}
+	} else {
+		removeHint(h.path)
+	}
+	return h.Store.Close()
+}
