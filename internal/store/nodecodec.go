@@ -146,7 +146,9 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 				h.IPs[j].Block = b.CIDR
 				ord, _ := b.Ordinal(a.Addr)
 				if b.Owners == nil {
-					b.Owners = map[int]string{}
+					// Sized for the addresses not free: the owners of a
+					// valid block.
+					b.Owners = make(map[int]string, max(0, b.Size()-len(b.Free)))
 				}
 				if other, taken := b.Owners[ord]; taken {
 					return Node{}, corrupt("%s held by handles %q and %q", a.Addr, other, hs.ID)

@@ -150,8 +150,11 @@ func (n Node) Validate() error {
 	if err := ValidName("node", n.Name); err != nil {
 		return err
 	}
-	owners := make(map[BlockRef]map[int]string, len(n.Blocks))
-	for _, b := range n.Blocks {
+	// index finds a block by its ref; owners[i] is who the records say
+	// owns block i's addresses, to compare with its Owners at the end.
+	index := make(map[BlockRef]int, len(n.Blocks))
+	owners := make([]map[int]string, len(n.Blocks))
+	for i, b := range n.Blocks {
 		ref := BlockRef{b.Pool, b.CIDR}
 		if err := ValidName("pool", b.Pool); err != nil {
 			return bad("block %s: %v", b.CIDR, err)
@@ -159,13 +162,15 @@ func (n Node) Validate() error {
 		if b.Node != n.Name {
 			return bad("block %s is affine to node %q", ref, b.Node)
 		}
-		if _, dup := owners[ref]; dup {
+		if _, dup := index[ref]; dup {
 			return bad("block %s twice", ref)
 		}
 		if err := b.Validate(); err != nil {
 			return bad("%v", err)
 		}
-		owners[ref] = map[int]string{}
+		index[ref] = i
+		// Sized for a node whose records agree with its blocks.
+		owners[i] = make(map[int]string, len(b.Owners))
 	}
 	seen := make(map[string]bool, len(n.Handles))
 	for _, h := range n.Handles {
@@ -182,12 +187,12 @@ func (n Node) Validate() error {
 		seen[h.ID] = true
 		for _, ip := range h.IPs {
 			ref := BlockRef{ip.Pool, ip.Block}
-			own, ok := owners[ref]
+			i, ok := index[ref]
 			if !ok || !ip.Block.Contains(ip.Addr) {
 				return bad("handle %q holds %s in block %s, which this object does not hold", h.ID, ip.Addr, ref)
 			}
-			b, _ := n.Block(ref)
-			ord, _ := b.Ordinal(ip.Addr)
+			own := owners[i]
+			ord, _ := n.Blocks[i].Ordinal(ip.Addr)
 			if other, taken := own[ord]; taken {
 				return bad("%s held by handles %q and %q", ip.Addr, other, h.ID)
 			}
@@ -209,8 +214,8 @@ func (n Node) Validate() error {
 		}
 		loans[l] = true
 	}
-	for _, b := range n.Blocks {
-		own := owners[BlockRef{b.Pool, b.CIDR}]
+	for i, b := range n.Blocks {
+		own := owners[i]
 		if len(own) != len(b.Owners) {
 			return bad("block %s/%s lists %d owners, the records %d", b.Pool, b.CIDR, len(b.Owners), len(own))
 		}
