@@ -69,6 +69,12 @@ func EncodeNode(n Node) (NodeSpec, error) {
 		return NodeSpec{}, err
 	}
 	spec := NodeSpec{Blocks: make([]BlockSpec, len(n.Blocks)), Handles: make([]HandleSpec, len(n.Handles))}
+	// Every record's addresses, in one allocation.
+	nIPs := 0
+	for _, h := range n.Handles {
+		nIPs += len(h.IPs)
+	}
+	addrs := make([]AddrSpec, 0, nIPs)
 	for i, b := range n.Blocks {
 		spec.Blocks[i] = BlockSpec{Pool: b.Pool, CIDR: b.CIDR, Free: FormatQueue(b.Free)}
 	}
@@ -80,10 +86,11 @@ func EncodeNode(n Node) (NodeSpec, error) {
 		if h.Node != n.Name {
 			hs.Node = h.Node
 		}
-		hs.IPs = make([]AddrSpec, len(h.IPs))
-		for j, ip := range h.IPs {
-			hs.IPs[j] = AddrSpec{Addr: ip.Addr, Pool: ip.Pool}
+		start := len(addrs)
+		for _, ip := range h.IPs {
+			addrs = append(addrs, AddrSpec{Addr: ip.Addr, Pool: ip.Pool})
 		}
+		hs.IPs = addrs[start:len(addrs):len(addrs)]
 		spec.Handles[i] = hs
 	}
 	for _, l := range n.Loans {
@@ -111,6 +118,13 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 		return fmt.Errorf("%w: node object %q: %s", ErrCorrupt, name, fmt.Sprintf(format, args...))
 	}
 	n := Node{Name: name, Blocks: make([]ipam.Block, len(spec.Blocks)), Handles: make([]ipam.Handle, len(spec.Handles))}
+	// Every record's addresses, in one allocation; each record's slice
+	// is capped, so that appending to it copies.
+	nIPs := 0
+	for _, hs := range spec.Handles {
+		nIPs += len(hs.IPs)
+	}
+	ips := make([]ipam.HandleIP, 0, nIPs)
 	for i, bs := range spec.Blocks {
 		if !bs.CIDR.IsValid() || bs.CIDR != bs.CIDR.Masked() || bs.CIDR.Addr().BitLen()-bs.CIDR.Bits() > ipam.MaxBlockHostBits {
 			return Node{}, corrupt("block %q of pool %q: not a masked prefix of at most 2^%d addresses", bs.CIDR, bs.Pool, ipam.MaxBlockHostBits)
@@ -135,7 +149,9 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 				return Node{}, corrupt("handle %q: the ID does not name its attachment and none is recorded", hs.ID)
 			}
 		}
-		h.IPs = make([]ipam.HandleIP, len(hs.IPs))
+		start := len(ips)
+		ips = append(ips, make([]ipam.HandleIP, len(hs.IPs))...)
+		h.IPs = ips[start:len(ips):len(ips)]
 		for j, a := range hs.IPs {
 			h.IPs[j] = ipam.HandleIP{Addr: a.Addr, Pool: a.Pool}
 			for bi := range n.Blocks {

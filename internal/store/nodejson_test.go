@@ -159,6 +159,7 @@ func TestParseNodeSpec(t *testing.T) {
 		{"empty object", "", `{}`, accept},
 		{"empty arrays", "", `{"blocks":[],"handles":[],"loans":[]}`, accept},
 		{"record without ips", "", `{"handles":[{"id":"x"}]}`, accept},
+		{"record with empty ips", "", `{"handles":[{"id":"x","ips":[]},{"id":"y","ips":[{"addr":"{A}","pool":"{P}"}]},{"id":"z","ips":[ ]}]}`, accept},
 		{"empty address and CIDR", "", `{"blocks":[{"pool":"{P}","cidr":"","free":""}],"handles":[{"id":"x","ips":[{"addr":"","pool":""}]}]}`, accept},
 		{"empty objects", "", `{"blocks":[{}],"handles":[{"ips":[{}]}],"loans":[{}]}`, accept},
 		{"zone", `"addr":"{A}"`, `"addr":"{A}%eth0"`, either},

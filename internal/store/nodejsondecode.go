@@ -31,6 +31,7 @@ type nodeParser struct {
 	data []byte
 	text string
 	pos  int
+	ips  []AddrSpec // the addresses of the records read so far
 }
 
 // Bits of the keys an object has given, to refuse repeated keys.
@@ -126,7 +127,9 @@ func (p *nodeParser) blocks() ([]BlockSpec, bool) {
 }
 
 func (p *nodeParser) handles() ([]HandleSpec, bool) {
-	out := []HandleSpec{}
+	// A plugin's record with two addresses is some 290 bytes: room for
+	// all of them without growing the slice, copying records.
+	out := make([]HandleSpec, 0, len(p.data)/256)
 	if !p.eat('[') {
 		return nil, false
 	}
@@ -219,8 +222,13 @@ func (p *nodeParser) attachment() (*[3]string, bool) {
 	return &att, true
 }
 
+// addrs reads a record's addresses into p.ips, where those of all records
+// are allocated together, returning the slice of them, capped.
 func (p *nodeParser) addrs() ([]AddrSpec, bool) {
-	out := make([]AddrSpec, 0, 2)
+	if p.ips == nil {
+		p.ips = make([]AddrSpec, 0, 64) // never nil: [] is not null
+	}
+	start := len(p.ips)
 	if !p.eat('[') {
 		return nil, false
 	}
@@ -230,7 +238,7 @@ func (p *nodeParser) addrs() ([]AddrSpec, bool) {
 			return nil, false
 		}
 		if !more {
-			return out, true
+			return p.ips[start:len(p.ips):len(p.ips)], true
 		}
 		var a AddrSpec
 		if !p.eat('{') {
@@ -259,7 +267,7 @@ func (p *nodeParser) addrs() ([]AddrSpec, bool) {
 			}
 			seen |= bit
 		}
-		out = append(out, a)
+		p.ips = append(p.ips, a)
 	}
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -144,16 +145,40 @@ func (n Node) Handle(id string) (ipam.Handle, bool) {
 // disagree with the records, or a loan without handle, from the node
 // itself or given twice.
 func (n Node) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: node object %q: %s", ErrInvalid, n.Name, fmt.Sprintf(format, args...))
-	}
-	if err := ValidName("node", n.Name); err != nil {
+	if decided, err := n.validate(false); decided {
 		return err
 	}
+	_, err := n.validate(true)
+	return err
+}
+
+// validate is Validate, in one of two ways of checking that the records
+// agree with the blocks' owners. Exactly, it builds the owners the
+// records say and compares them with each block's. Otherwise it only
+// checks that each record's address belongs to the record's handle in
+// its block, and appears once in the record, and counts them: handles
+// being distinct, the records then list each owned address at most once,
+// so the counts equal the blocks' numbers of owners just when the owners
+// agree. It builds no owner maps, but it cannot say which of two records
+// holding one address came first: when it finds a record that does not
+// agree it gives up (decided false), and the exact way finds the error.
+func (n Node) validate(exact bool) (decided bool, err error) {
+	bad := func(format string, args ...any) (bool, error) {
+		return true, fmt.Errorf("%w: node object %q: %s", ErrInvalid, n.Name, fmt.Sprintf(format, args...))
+	}
+	if err := ValidName("node", n.Name); err != nil {
+		return true, err
+	}
 	// index finds a block by its ref; owners[i] is who the records say
-	// owns block i's addresses, to compare with its Owners at the end.
+	// owns block i's addresses (exact), counts[i] how many they list.
 	index := make(map[BlockRef]int, len(n.Blocks))
-	owners := make([]map[int]string, len(n.Blocks))
+	var owners []map[int]string
+	var counts []int
+	if exact {
+		owners = make([]map[int]string, len(n.Blocks))
+	} else {
+		counts = make([]int, len(n.Blocks))
+	}
 	for i, b := range n.Blocks {
 		ref := BlockRef{b.Pool, b.CIDR}
 		if err := ValidName("pool", b.Pool); err != nil {
@@ -169,8 +194,9 @@ func (n Node) Validate() error {
 			return bad("%v", err)
 		}
 		index[ref] = i
-		// Sized for a node whose records agree with its blocks.
-		owners[i] = make(map[int]string, len(b.Owners))
+		if exact {
+			owners[i] = make(map[int]string, len(b.Owners))
+		}
 	}
 	seen := make(map[string]bool, len(n.Handles))
 	for _, h := range n.Handles {
@@ -185,14 +211,23 @@ func (n Node) Validate() error {
 			return bad("handle %q holds no address here", h.ID)
 		}
 		seen[h.ID] = true
-		for _, ip := range h.IPs {
+		for j, ip := range h.IPs {
 			ref := BlockRef{ip.Pool, ip.Block}
 			i, ok := index[ref]
 			if !ok || !ip.Block.Contains(ip.Addr) {
 				return bad("handle %q holds %s in block %s, which this object does not hold", h.ID, ip.Addr, ref)
 			}
-			own := owners[i]
 			ord, _ := n.Blocks[i].Ordinal(ip.Addr)
+			if !exact {
+				if n.Blocks[i].Owners[ord] != h.ID || slices.ContainsFunc(h.IPs[:j], func(o ipam.HandleIP) bool {
+					return o.Pool == ip.Pool && o.Block == ip.Block && o.Addr == ip.Addr
+				}) {
+					return false, nil
+				}
+				counts[i]++
+				continue
+			}
+			own := owners[i]
 			if other, taken := own[ord]; taken {
 				return bad("%s held by handles %q and %q", ip.Addr, other, h.ID)
 			}
@@ -215,17 +250,25 @@ func (n Node) Validate() error {
 		loans[l] = true
 	}
 	for i, b := range n.Blocks {
+		if !exact {
+			if counts[i] != len(b.Owners) {
+				return false, nil
+			}
+			continue
+		}
 		own := owners[i]
 		if len(own) != len(b.Owners) {
 			return bad("block %s/%s lists %d owners, the records %d", b.Pool, b.CIDR, len(b.Owners), len(own))
 		}
-		for ord, id := range b.Owners {
-			if own[ord] != id {
+		// In order, to report the same address each time (the exact
+		// way runs only on a node found invalid).
+		for _, ord := range slices.Sorted(maps.Keys(b.Owners)) {
+			if id := b.Owners[ord]; own[ord] != id {
 				return bad("block %s/%s gives %s to %q, the records to %q", b.Pool, b.CIDR, b.Addr(ord), id, own[ord])
 			}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // ValidName refuses names no backend can key an object by: empty, over
