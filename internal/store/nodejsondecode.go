@@ -34,192 +34,111 @@ type nodeParser struct {
 	ips  []AddrSpec // the addresses of the records read so far
 }
 
-// Bits of the keys an object has given, to refuse repeated keys.
-const (
-	key0 uint = 1 << iota
-	key1
-	key2
-	key3
-	key4
-	key5
-	key6
-	key7
-	key8
-)
-
 func (p *nodeParser) nodeSpec() (spec NodeSpec, ok bool) {
-	if !p.eat('{') {
-		return spec, false
-	}
-	var seen uint
-	for first := true; ; first = false {
-		key, more, ok := p.nextKey(first)
-		if !ok {
-			return spec, false
-		}
-		if !more {
-			return spec, true
-		}
-		var bit uint
+	ok = p.object(func(key string) (bit uint, ok bool) {
 		switch key {
 		case "blocks":
-			bit = key0
 			spec.Blocks, ok = p.blocks()
+			return 1 << 0, ok
 		case "handles":
-			bit = key1
 			spec.Handles, ok = p.handles()
+			return 1 << 1, ok
 		case "loans":
-			bit = key2
 			spec.Loans, ok = p.loans()
+			return 1 << 2, ok
 		}
-		if !ok || bit == 0 || seen&bit != 0 {
-			return spec, false
-		}
-		seen |= bit
-	}
+		return 0, false
+	})
+	return spec, ok
 }
 
 func (p *nodeParser) blocks() ([]BlockSpec, bool) {
 	out := []BlockSpec{}
-	if !p.eat('[') {
-		return nil, false
-	}
-	for first := true; ; first = false {
-		more, ok := p.nextElem(first)
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return out, true
-		}
+	ok := p.array(func() bool {
 		var b BlockSpec
-		if !p.eat('{') {
-			return nil, false
-		}
-		var seen uint
-		for first := true; ; first = false {
-			key, more, ok := p.nextKey(first)
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
-			var bit uint
+		ok := p.object(func(key string) (bit uint, ok bool) {
 			switch key {
 			case "pool":
-				bit = key0
 				b.Pool, ok = p.str()
+				return 1 << 0, ok
 			case "cidr":
-				bit = key1
 				b.CIDR, ok = p.prefix()
+				return 1 << 1, ok
 			case "free":
-				bit = key2
 				b.Free, ok = p.str()
+				return 1 << 2, ok
 			}
-			if !ok || bit == 0 || seen&bit != 0 {
-				return nil, false
-			}
-			seen |= bit
-		}
+			return 0, false
+		})
 		out = append(out, b)
-	}
+		return ok
+	})
+	return out, ok
 }
 
 func (p *nodeParser) handles() ([]HandleSpec, bool) {
 	// A plugin's record with two addresses is some 290 bytes: room for
 	// all of them without growing the slice, copying records.
 	out := make([]HandleSpec, 0, len(p.data)/256)
-	if !p.eat('[') {
-		return nil, false
-	}
-	for first := true; ; first = false {
-		more, ok := p.nextElem(first)
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return out, true
-		}
+	ok := p.array(func() bool {
 		out = append(out, HandleSpec{})
-		if !p.handle(&out[len(out)-1]) {
-			return nil, false
-		}
-	}
+		return p.handle(&out[len(out)-1])
+	})
+	return out, ok
 }
 
 func (p *nodeParser) handle(h *HandleSpec) bool {
-	if !p.eat('{') {
-		return false
-	}
-	var seen uint
-	for first := true; ; first = false {
-		key, more, ok := p.nextKey(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint
+	return p.object(func(key string) (bit uint, ok bool) {
 		switch key {
 		case "id":
-			bit = key0
 			h.ID, ok = p.str()
+			return 1 << 0, ok
 		case "attachment":
-			bit = key1
 			h.Attachment, ok = p.attachment()
+			return 1 << 1, ok
 		case "node":
-			bit = key2
 			h.Node, ok = p.str()
+			return 1 << 2, ok
 		case "netns":
-			bit = key3
 			h.NetNS, ok = p.str()
+			return 1 << 3, ok
 		case "namespace":
-			bit = key4
 			h.Namespace, ok = p.str()
+			return 1 << 4, ok
 		case "pod":
-			bit = key5
 			h.Pod, ok = p.str()
+			return 1 << 5, ok
 		case "podUID":
-			bit = key6
 			h.PodUID, ok = p.str()
+			return 1 << 6, ok
 		case "created":
-			bit = key7
 			var s, e int
 			if s, e, ok = p.strBounds(); ok {
 				// The quoted string, as encoding/json passes it.
 				ok = h.Created.UnmarshalJSON(p.data[s-1:e+1]) == nil
 			}
+			return 1 << 7, ok
 		case "ips":
-			bit = key8
 			h.IPs, ok = p.addrs()
+			return 1 << 8, ok
 		}
-		if !ok || bit == 0 || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return 0, false
+	})
 }
 
+// attachment reads an array of exactly three strings.
 func (p *nodeParser) attachment() (*[3]string, bool) {
 	var att [3]string
-	if !p.eat('[') {
-		return nil, false
-	}
-	for i := range att {
-		if i > 0 && !p.eat(',') {
-			return nil, false
-		}
+	n := 0
+	ok := p.array(func() bool {
 		var ok bool
-		if att[i], ok = p.str(); !ok {
-			return nil, false
+		if n < len(att) {
+			att[n], ok = p.str()
 		}
-	}
-	if !p.eat(']') {
-		return nil, false
-	}
-	return &att, true
+		n++
+		return ok
+	})
+	return &att, ok && n == len(att)
 }
 
 // addrs reads a record's addresses into p.ips, where those of all records
@@ -229,89 +148,80 @@ func (p *nodeParser) addrs() ([]AddrSpec, bool) {
 		p.ips = make([]AddrSpec, 0, 64) // never nil: [] is not null
 	}
 	start := len(p.ips)
-	if !p.eat('[') {
-		return nil, false
-	}
-	for first := true; ; first = false {
-		more, ok := p.nextElem(first)
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return p.ips[start:len(p.ips):len(p.ips)], true
-		}
+	ok := p.array(func() bool {
 		var a AddrSpec
-		if !p.eat('{') {
-			return nil, false
-		}
-		var seen uint
-		for first := true; ; first = false {
-			key, more, ok := p.nextKey(first)
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
-			var bit uint
+		ok := p.object(func(key string) (bit uint, ok bool) {
 			switch key {
 			case "addr":
-				bit = key0
 				a.Addr, ok = p.addr()
+				return 1 << 0, ok
 			case "pool":
-				bit = key1
 				a.Pool, ok = p.str()
+				return 1 << 1, ok
 			}
-			if !ok || bit == 0 || seen&bit != 0 {
-				return nil, false
-			}
-			seen |= bit
-		}
+			return 0, false
+		})
 		p.ips = append(p.ips, a)
-	}
+		return ok
+	})
+	return p.ips[start:len(p.ips):len(p.ips)], ok
 }
 
 func (p *nodeParser) loans() ([]LoanSpec, bool) {
 	out := []LoanSpec{}
+	ok := p.array(func() bool {
+		var l LoanSpec
+		ok := p.object(func(key string) (bit uint, ok bool) {
+			switch key {
+			case "handle":
+				l.Handle, ok = p.str()
+				return 1 << 0, ok
+			case "lender":
+				l.Lender, ok = p.str()
+				return 1 << 1, ok
+			}
+			return 0, false
+		})
+		out = append(out, l)
+		return ok
+	})
+	return out, ok
+}
+
+// object reads an object, member reading the value of each key and
+// returning the key's bit among the object's keys (to refuse one given
+// twice), or 0 when it is not one of them.
+func (p *nodeParser) object(member func(key string) (bit uint, ok bool)) bool {
+	if !p.eat('{') {
+		return false
+	}
+	var seen uint
+	for first := true; ; first = false {
+		key, more, ok := p.nextKey(first)
+		if !ok || !more {
+			return ok
+		}
+		bit, ok := member(key)
+		if !ok || bit == 0 || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+	}
+}
+
+// array reads an array, elem reading each element.
+func (p *nodeParser) array(elem func() bool) bool {
 	if !p.eat('[') {
-		return nil, false
+		return false
 	}
 	for first := true; ; first = false {
 		more, ok := p.nextElem(first)
-		if !ok {
-			return nil, false
+		if !ok || !more {
+			return ok
 		}
-		if !more {
-			return out, true
+		if !elem() {
+			return false
 		}
-		var l LoanSpec
-		if !p.eat('{') {
-			return nil, false
-		}
-		var seen uint
-		for first := true; ; first = false {
-			key, more, ok := p.nextKey(first)
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
-			var bit uint
-			switch key {
-			case "handle":
-				bit = key0
-				l.Handle, ok = p.str()
-			case "lender":
-				bit = key1
-				l.Lender, ok = p.str()
-			}
-			if !ok || bit == 0 || seen&bit != 0 {
-				return nil, false
-			}
-			seen |= bit
-		}
-		out = append(out, l)
 	}
 }
 
