@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -25,20 +24,12 @@ func checkEncode(t *testing.T, spec NodeSpec) {
 	}
 }
 
-// checkDecode fails t unless parseNodeSpec, when it accepts data, decodes
-// what json.Unmarshal does, and accepts it when wantOK. It returns
-// whether parseNodeSpec accepted.
+// checkDecode is checkParse, failing t also when parseNodeSpec declines
+// data and wantOK. It returns whether parseNodeSpec accepted.
 func checkDecode(t *testing.T, data []byte, wantOK bool) bool {
 	t.Helper()
-	got, ok := parseNodeSpec(data)
-	var want NodeSpec
-	err := json.Unmarshal(data, &want)
-	switch {
-	case ok && err != nil:
-		t.Fatalf("parseNodeSpec accepts %s, json.Unmarshal fails: %v", data, err)
-	case ok && !reflect.DeepEqual(got, want):
-		t.Fatalf("parseNodeSpec(%s)\n = %#v\njson.Unmarshal\n = %#v", data, got, want)
-	case wantOK && !ok:
+	ok := checkParse(t, data)
+	if wantOK && !ok {
 		t.Fatalf("parseNodeSpec declines %s", data)
 	}
 	return ok
