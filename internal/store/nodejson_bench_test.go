@@ -96,7 +96,10 @@ func BenchmarkNodeCodec(b *testing.B) {
 			_, err := DecodeNode(n.Name, s)
 			return err
 		})
-		run("appendNodeSpec", func() error { _, err := appendNodeSpec(nil, &spec); return err })
+		run("appendNodeSpec", func() error {
+			_, err := appendNodeSpec(make([]byte, 0, nodeSpecSizeHint(&spec)), &spec)
+			return err
+		})
 		run("json.Marshal", func() error { _, err := json.Marshal(spec); return err })
 		run("parseNodeSpec", func() error { parseNodeSpec(data); return nil })
 		run("json.Unmarshal", func() error { var s NodeSpec; return json.Unmarshal(data, &s) })

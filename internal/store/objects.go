@@ -199,6 +199,10 @@ func (n Node) validate(exact bool) (decided bool, err error) {
 		}
 	}
 	seen := make(map[string]bool, len(n.Handles))
+	// last[j] is the block of the previous record's j-th address, where
+	// the next record's likely is (blocks fill in order): refs being
+	// distinct, a block with the ref is the one index finds.
+	var last [2]int
 	for _, h := range n.Handles {
 		switch {
 		case h.ID == "":
@@ -213,7 +217,13 @@ func (n Node) validate(exact bool) (decided bool, err error) {
 		seen[h.ID] = true
 		for j, ip := range h.IPs {
 			ref := BlockRef{ip.Pool, ip.Block}
-			i, ok := index[ref]
+			var i int
+			ok := j < len(last) && last[j] < len(n.Blocks) && n.Blocks[last[j]].Pool == ip.Pool && n.Blocks[last[j]].CIDR == ip.Block
+			if ok {
+				i = last[j]
+			} else if i, ok = index[ref]; ok && j < len(last) {
+				last[j] = i
+			}
 			if !ok || !ip.Block.Contains(ip.Addr) {
 				return bad("handle %q holds %s in block %s, which this object does not hold", h.ID, ip.Addr, ref)
 			}
