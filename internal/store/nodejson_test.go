@@ -85,6 +85,8 @@ func testSpecs(t testing.TB) []struct {
 		{"IPv4 zero time in a zone", NodeSpec{Blocks: []BlockSpec{}, Handles: []HandleSpec{at(pod("a", v4("10.0.0.1")), time.Time{}.In(time.FixedZone("X", 3600)))}}, true},
 		{"IPv6 zero time in a zone", NodeSpec{Blocks: []BlockSpec{}, Handles: []HandleSpec{at(pod("a", v6("fd00::1")), time.Time{}.In(time.FixedZone("X", 3600)))}}, true},
 		{"IPv4 year 10000", NodeSpec{Handles: []HandleSpec{at(pod("a", v4("10.0.0.1")), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}}, false},
+		{"IPv4 offset of 25 hours", NodeSpec{Handles: []HandleSpec{at(pod("a", v4("10.0.0.1")), created.In(time.FixedZone("", 25*3600)))}}, false},
+		{"IPv6 offset with seconds", NodeSpec{Blocks: []BlockSpec{}, Handles: []HandleSpec{at(pod("a", v6("fd00::1")), created.In(time.FixedZone("LMT", -75)))}}, true},
 		{"IPv6 year -1", NodeSpec{Handles: []HandleSpec{at(pod("a", v6("fd00::1")), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC))}}, false},
 		{"IPv4-mapped IPv6", NodeSpec{Blocks: []BlockSpec{}, Handles: []HandleSpec{pod("a", v6("::ffff:10.0.0.1"))}}, true},
 		{"IPv6 zone", NodeSpec{Blocks: []BlockSpec{}, Handles: []HandleSpec{pod("a", v6("fe80::1%eth0"))}}, true},
