@@ -34,6 +34,11 @@ type procBackend struct {
 	// in at a time), kill the longest a process may run.
 	procs int
 	kill  time.Duration
+	// count bounds each process's ADDs, so that rounds × procs × count
+	// stays within the pools (killV4, killV6) however fast the backend:
+	// an exhausted pool would fail ADDs for a reason the test is not
+	// about.
+	count int
 }
 
 var procBackends = []procBackend{
@@ -47,7 +52,7 @@ var procBackends = []procBackend{
 		// after each round.
 		s.Close()
 		return nil, []string{"-backend", "local", "-path", dir}
-	}, 1, 150 * time.Millisecond},
+	}, 1, 150 * time.Millisecond, 1000},
 	{"etcd", func(t *testing.T) (store.Store, []string) {
 		prefix := fmt.Sprintf("/kill%d", instances.Add(1))
 		s, err := kvbacked.OpenEtcd(t.Context(), etcd.Config{Endpoints: []string{etcdSrv.Endpoint}, Prefix: prefix})
@@ -56,7 +61,7 @@ var procBackends = []procBackend{
 		}
 		t.Cleanup(func() { s.Close() })
 		return s, []string{"-backend", "etcd", "-endpoint", etcdSrv.Endpoint, "-prefix", prefix}
-	}, 5, 300 * time.Millisecond},
+	}, 5, 300 * time.Millisecond, 250},
 	{"kubernetes", func(t *testing.T) (store.Store, []string) {
 		srv := kubetest.Require(t, apiserver)
 		kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
@@ -67,12 +72,12 @@ var procBackends = []procBackend{
 		}
 		t.Cleanup(func() { s.Close() })
 		return s, []string{"-backend", "kubernetes", "-kubeconfig", kc, "-prefix", prefix}
-	}, 5, 1500 * time.Millisecond},
+	}, 5, 1500 * time.Millisecond, 250},
 }
 
 var (
-	killV4 = ipam.Pool{Name: "kill-v4", CIDR: netip.MustParsePrefix("10.120.0.0/24"), BlockSize: 28}
-	killV6 = ipam.Pool{Name: "kill-v6", CIDR: netip.MustParsePrefix("fd00:120::/120"), BlockSize: 124}
+	killV4 = ipam.Pool{Name: "kill-v4", CIDR: netip.MustParsePrefix("10.120.0.0/19"), BlockSize: 28}
+	killV6 = ipam.Pool{Name: "kill-v6", CIDR: netip.MustParsePrefix("fd00:120::/115"), BlockSize: 124}
 )
 
 // TestKill9 kills processes allocating on the v2 store with SIGKILL at
@@ -125,7 +130,7 @@ func TestKill9(t *testing.T) {
 				for p := range b.procs {
 					node := fmt.Sprint("node-", p%4) // two processes share node-0
 					args := append(append([]string{}, flags...), "-node", node, "-tag", fmt.Sprintf("r%dp%d", round, p),
-						"-v4", killV4.Name, "-v6", killV6.Name)
+						"-v4", killV4.Name, "-v6", killV6.Name, "-count", fmt.Sprint(b.count))
 					after := time.Duration(rng.Int64N(int64(b.kill)))
 					wg.Go(func() {
 						ok, wasKilled := runKilled(t, filepath.Join(bin, "addproc"), args, after)
