@@ -62,7 +62,15 @@ func NewStoreAllocator(s store.Store, log *slog.Logger) *StoreAllocator {
 func (a *StoreAllocator) Store() store.Store { return a.store }
 
 func (a *StoreAllocator) retry(ctx context.Context, op string, attempt func() error) error {
-	return retryConflicts(ctx, a.log, retryPolicy{a.MaxAttempts, a.BaseBackoff, a.MaxBackoff}, op, attempt)
+	return retryConflicts(ctx, a.log, retryPolicy{a.MaxAttempts, a.BaseBackoff, a.MaxBackoff}, op, func() error {
+		err := attempt()
+		if errors.Is(err, store.ErrStale) {
+			// What Remember was told came from another time or store.
+			a.known.Clear()
+			a.pools.Clear()
+		}
+		return err
+	})
 }
 
 func (a *StoreAllocator) lockNode(node string) func() {

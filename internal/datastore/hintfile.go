@@ -32,7 +32,7 @@ import (
 // memory).
 
 // hintFileVersion is the first line's format tag.
-const hintFileVersion = 1
+const hintFileVersion = 2
 
 // maxHintFileBytes bounds what is read: a node object's limit and room for
 // the header line.
@@ -43,8 +43,19 @@ const maxHintFileBytes = 3<<19 + 4<<10
 type hintHeader struct {
 	Format  int           `json:"format"`
 	Store   string        `json:"store"`
+	StoreAt store.Version `json:"storeAt"`
+	Layout  store.Version `json:"layout"`
 	Node    string        `json:"node"`
 	Version store.Version `json:"version"`
+	Pools   []hintPool    `json:"pools,omitempty"`
+}
+
+// hintPool is a pool in the hint file's first line (a pool's stored form
+// is JSON).
+type hintPool struct {
+	Name    string          `json:"name"`
+	Version store.Version   `json:"version"`
+	Value   json.RawMessage `json:"value"`
 }
 
 // hintPath is node's hint file for the datastore whose node lock file is
@@ -72,14 +83,24 @@ func loadHint(path, node string) *kvbacked.NodeHint {
 	if !ok || json.Unmarshal(line, &h) != nil || h.Format != hintFileVersion || h.Node != node || len(value) == 0 {
 		return nil
 	}
-	return &kvbacked.NodeHint{Store: h.Store, Node: h.Node, Version: h.Version, Value: value}
+	out := &kvbacked.NodeHint{Store: h.Store, StoreAt: h.StoreAt, Layout: h.Layout, Node: h.Node, Version: h.Version, Value: value}
+	for _, p := range h.Pools {
+		out.Pools = append(out.Pools, kvbacked.PoolHint{Name: p.Name, Version: p.Version, Value: p.Value})
+	}
+	return out
 }
 
 // saveHint replaces the hint file at path by h, through a temporary file
 // renamed over it (a reader under the lock sees the old file or the new
 // one). Failures leave no hint: it is only a hint.
 func saveHint(path string, h kvbacked.NodeHint) {
-	line, err := json.Marshal(hintHeader{Format: hintFileVersion, Store: h.Store, Node: h.Node, Version: h.Version})
+	head := hintHeader{Format: hintFileVersion, Store: h.Store, StoreAt: h.StoreAt, Layout: h.Layout, Node: h.Node, Version: h.Version}
+	for _, p := range h.Pools {
+		if json.Valid(p.Value) {
+			head.Pools = append(head.Pools, hintPool{Name: p.Name, Version: p.Version, Value: p.Value})
+		}
+	}
+	line, err := json.Marshal(head)
 	if err != nil || len(line)+1+len(h.Value) > maxHintFileBytes {
 		removeHint(path)
 		return
@@ -106,30 +127,40 @@ func removeHint(path string) { _ = os.Remove(path) }
 const storeIDTimeout = 2 * time.Second
 
 // hintedStore is the plugin's typed store on etcd: Close leaves the node
-// object it last read or wrote in the hint file before the node lock is
-// released.
+// object and pools it last read or wrote in the hint file before the node
+// lock is released.
 type hintedStore struct {
 	*kvbacked.Store
-	path    string
-	storeID string
+	path string
+	// id and at are the store's identity and its key's version, as the
+	// open found them ("" when it has none yet).
+	id string
+	at store.Version
 }
 
 // Close writes or removes the hint file, then closes the store (which
 // releases the node lock).
 func (h *hintedStore) Close() error {
-	if hint, ok := h.Tracked(); ok {
-		id := h.storeID
-		if id == "" && hint.Wrote {
+	hint, ok := h.Tracked()
+	if ok {
+		id, at := h.id, h.at
+		if hint.Wrote && (id == "" || hint.Layout == "") {
+			// Once in a store's life (its identity), or after the open
+			// that marked or migrated it (the marker's version).
 			ctx, cancel := context.WithTimeout(context.Background(), storeIDTimeout)
-			id, _ = kvbacked.EnsureStoreID(ctx, h.KV())
+			if id == "" {
+				id, at, _ = kvbacked.EnsureStoreID(ctx, h.KV())
+			}
+			if hint.Layout == "" {
+				hint.Layout, _ = kvbacked.LayoutVersion(ctx, h.KV())
+			}
 			cancel()
 		}
-		if id != "" {
-			hint.Store = id
-			saveHint(h.path, hint)
-		} else {
-			removeHint(h.path)
-		}
+		hint.Store, hint.StoreAt = id, at
+		ok = id != "" && hint.Layout != ""
+	}
+	if ok {
+		saveHint(h.path, hint)
 	} else {
 		removeHint(h.path)
 	}

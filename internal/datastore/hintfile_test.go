@@ -1,6 +1,9 @@
 package datastore
 
 import (
+	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +15,9 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // hintTest is an etcd datastore of the test's own with a lock directory
@@ -20,19 +25,25 @@ import (
 type hintTest struct {
 	t  *testing.T
 	ds config.Datastore
+	// v4 is the IPv4 pool of the ADDs (osV4 unless a test sets another).
+	v4 ipam.Pool
 }
 
 func newHintTest(t *testing.T) *hintTest {
 	t.Setenv(LockDirEnv, t.TempDir())
 	srv := etcdtest.ForTest(t, nil)
-	return &hintTest{t: t, ds: config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint},
+	return &hintTest{t: t, v4: osV4, ds: config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint},
 		Prefix: "/hints", RequestTimeout: 5 * time.Second}}
 }
 
 func hintReq(node, container string) allocator.Request {
+	return hintReqOf(osV4, node, container)
+}
+
+func hintReqOf(v4 ipam.Pool, node, container string) allocator.Request {
 	return allocator.Request{
 		Handle: ipam.Handle{ID: ipam.HandleID("net", container, "eth0"), Network: "net", ContainerID: container, IfName: "eth0", Node: node},
-		Sets:   [][]string{{osV4.Name}, {osV6.Name}}, Define: []ipam.Pool{osV4, osV6},
+		Sets:   [][]string{{v4.Name}, {osV6.Name}}, Define: []ipam.Pool{v4, osV6},
 	}
 }
 
@@ -45,8 +56,18 @@ func (h *hintTest) path(node string) string {
 // allocation, the close.
 func (h *hintTest) add(node, container string) (ipam.Handle, Warmed) {
 	h.t.Helper()
+	got, warmed, err := h.tryAdd(node, container)
+	if err != nil {
+		h.t.Fatalf("ADD %s on %s: %v", container, node, err)
+	}
+	return got, warmed
+}
+
+// tryAdd is add returning the ADD's error.
+func (h *hintTest) tryAdd(node, container string) (ipam.Handle, Warmed, error) {
+	h.t.Helper()
 	ctx := h.t.Context()
-	s, warmed, err := OpenStoreWarm(ctx, h.ds, false, Warm{Node: node, Pools: []string{osV4.Name, osV6.Name}})
+	s, warmed, err := OpenStoreWarm(ctx, h.ds, false, Warm{Node: node, Pools: []string{h.v4.Name, osV6.Name}})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -55,11 +76,8 @@ func (h *hintTest) add(node, container string) (ipam.Handle, Warmed) {
 	if warmed.OK {
 		a.Remember(warmed.Node, warmed.Pools)
 	}
-	got, err := a.Allocate(ctx, hintReq(node, container))
-	if err != nil {
-		h.t.Fatalf("ADD %s on %s: %v", container, node, err)
-	}
-	return got, warmed
+	got, err := a.Allocate(ctx, hintReqOf(h.v4, node, container))
+	return got, warmed, err
 }
 
 // del is a plugin DEL.
@@ -127,10 +145,13 @@ func (h *hintTest) want(containers ...string) {
 	}
 }
 
-// TestHintSkipsTheNodeRead: after a plugin ADD on etcd the next process of
-// the node takes the node object from the hint file (no read of it), and
-// its ADD and DEL are each one transaction at the hinted version.
-func TestHintSkipsTheNodeRead(t *testing.T) {
+// TestHintReadsNothing: after a plugin ADD on etcd the next process of
+// the node takes the layout marker's version, the store's identity, the
+// pools and the node object from the hint file and reads nothing: its ADD
+// is one transaction (guarded by all it took), its DEL too. A hint that
+// lacks a pool the config names is used for the node object alone: one
+// read of the marker, identity and pools, and the write.
+func TestHintReadsNothing(t *testing.T) {
 	h := newHintTest(t)
 	if _, w := h.add("node-a", "c0"); w.Hinted {
 		t.Fatal("the first ADD of a store used a hint")
@@ -139,37 +160,48 @@ func TestHintSkipsTheNodeRead(t *testing.T) {
 		t.Fatalf("no hint file after an ADD: %v", err)
 	}
 	for i, c := range []string{"c1", "c2"} {
-		if _, w := h.add("node-a", c); !w.Hinted || w.Store == "" {
-			t.Fatalf("ADD %d after an ADD: warmed %+v; want the hint of the store", i, w)
+		if _, w := h.add("node-a", c); !w.Unread || w.Store == "" {
+			t.Fatalf("ADD %d after an ADD: warmed %+v; want everything from the hint", i, w)
 		}
 	}
-	// Counted: the open's one Get (marker, identity, pools) and one
-	// transaction, never a read of the node object.
-	kvs, err := Open(t.Context(), h.ds)
-	if err != nil {
-		t.Fatal(err)
+	count := func(w Warm, container string) ([3]int, Warmed) {
+		t.Helper()
+		kvs, err := Open(t.Context(), h.ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer kvs.Close()
+		c := &kvCounter{Store: kvs}
+		s := kvbacked.New(c)
+		warmed, ok := s.TakeHint(w)
+		if !ok {
+			if _, warmed, err = openTyped(t.Context(), c, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := allocator.NewStoreAllocator(s, nil)
+		a.Remember(warmed.Node, warmed.Pools)
+		if _, err := a.Allocate(t.Context(), hintReq("node-a", container)); err != nil {
+			t.Fatal(err)
+		}
+		return c.counts(), warmed
 	}
-	c := &kvCounter{Store: kvs}
-	ts, warmed, err := openTyped(t.Context(), c, Warm{Node: "node-a", Pools: []string{osV4.Name, osV6.Name}, Hint: loadHint(h.path("node-a"), "node-a")})
-	if err != nil {
-		t.Fatal(err)
+	full := loadHint(h.path("node-a"), "node-a")
+	got, warmed := count(Warm{Node: "node-a", Pools: []string{osV4.Name, osV6.Name}, Hint: full}, "c3")
+	if got != [3]int{0, 0, 1} || !warmed.Unread || len(warmed.Node.Handles) != 3 || len(warmed.Pools) != 2 {
+		t.Fatalf("hinted ADD: %d gets, %d lists, %d transactions, warmed %+v; want one transaction, the object with 3 handles and 2 pools",
+			got[0], got[1], got[2], warmed)
 	}
-	if !warmed.Hinted || len(warmed.Node.Handles) != 3 {
-		t.Fatalf("warmed %+v; want the hinted object with 3 handles", warmed)
+	partial := *full
+	partial.Pools = partial.Pools[:1]
+	partial.Version = "" // c3 was written since: the full hint is stale
+	if got, _ := count(Warm{Node: "node-a", Pools: []string{osV4.Name, osV6.Name}, Hint: &partial}, "c4"); got[2] != 1 || got[0] < 1 {
+		t.Fatalf("ADD with a hint of one pool: %d gets, %d lists, %d transactions; want reads and one transaction", got[0], got[1], got[2])
 	}
-	a := allocator.NewStoreAllocator(ts, nil)
-	a.Remember(warmed.Node, warmed.Pools)
-	if _, err := a.Allocate(t.Context(), hintReq("node-a", "c3")); err != nil {
-		t.Fatal(err)
+	if w := h.del("node-a", "c1"); !w.Unread {
+		t.Fatal("DEL after an ADD did not take the hint")
 	}
-	if got := c.counts(); got != [3]int{1, 0, 1} {
-		t.Fatalf("hinted open and ADD: %d gets, %d lists, %d transactions; want 1, 0, 1", got[0], got[1], got[2])
-	}
-	_ = kvs.Close()
-	if w := h.del("node-a", "c1"); !w.Hinted {
-		t.Fatal("DEL after an ADD on another store object did not use the hint")
-	}
-	h.want("c0", "c2", "c3")
+	h.want("c0", "c2", "c3", "c4")
 }
 
 // TestHintStale: a node object written by another process (the CLI, the
@@ -234,12 +266,12 @@ func TestHintOfAnotherStore(t *testing.T) {
 	if cur == nil || cur.Store == old.Store {
 		t.Fatalf("hint of the new store %+v; want another identity than %q", cur, old.Store)
 	}
-	// The old store's object, at the version the new one has.
-	old.Version = cur.Version
+	// The old store's object and identity, at the versions the new one
+	// has (marker, identity key, pools, node object): only the identity's
+	// value tells the stores apart.
+	old.Version, old.Layout, old.StoreAt, old.Pools = cur.Version, cur.Layout, cur.StoreAt, cur.Pools
 	saveHint(h.path("node-a"), *old)
-	if _, w := h.add("node-a", "new2"); w.Hinted {
-		t.Fatal("a hint of another store was taken")
-	}
+	h.add("node-a", "new2")
 	h.want("new0", "new1", "new2")
 }
 
@@ -293,4 +325,119 @@ func TestHintFileRefused(t *testing.T) {
 		t.Fatalf("the symlink's target: %v %v", fi, err)
 	}
 	h.handles()
+}
+
+// TestHintPoolChanged: a pool changed since the hint was left (disabled
+// by the CLI) fails the hinted write's guard; the ADD reads the pool again
+// and allocates nothing from the disabled pool — whether its first write
+// is the node object (a block with room) or the claim of a new block (the
+// node's blocks full), after which the allocator must forget the hinted
+// pool (store.ErrStale) rather than retry with it.
+func TestHintPoolChanged(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprint("blocks full=", full), func(t *testing.T) {
+			h := newHintTest(t)
+			if full {
+				h.v4 = ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.22.0.0/24"), BlockSize: 30}
+			}
+			h.add("node-a", "c0")
+			want := []string{"c0"}
+			// Fill the node's blocks, or make one more ADD (a hint with
+			// room).
+			for i := 1; full && !h.roomless("node-a") || !full && i == 1; i++ {
+				c := fmt.Sprint("c", i)
+				h.add("node-a", c)
+				want = append(want, c)
+			}
+			s, err := OpenStore(t.Context(), h.ds, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := s.GetPool(t.Context(), h.v4.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.Disabled = true
+			if _, err := s.UpdatePool(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.Close()
+			got, w, err := h.tryAdd("node-a", "late")
+			if !w.Unread {
+				t.Fatal("the hint was not taken")
+			}
+			for _, ip := range got.IPs {
+				if ip.Pool == h.v4.Name {
+					t.Fatalf("ADD after %s was disabled got %s from it (err %v)", h.v4.Name, ip.Addr, err)
+				}
+			}
+			if err == nil {
+				t.Fatalf("ADD with its only IPv4 pool disabled succeeded: %v", got.IPs)
+			}
+			h.want(want...)
+		})
+	}
+}
+
+// roomless reports whether node's object holds blocks of the test's IPv4
+// pool and none of them has a free address.
+func (h *hintTest) roomless(node string) bool {
+	h.t.Helper()
+	s, err := OpenStore(h.t.Context(), h.ds, true)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer s.Close()
+	n, err := s.GetNode(h.t.Context(), node)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	blocks := 0
+	for _, b := range n.Blocks {
+		if b.Pool != h.v4.Name {
+			continue
+		}
+		blocks++
+		if b.FreeCount(h.v4) > 0 {
+			return false
+		}
+	}
+	return blocks > 0
+}
+
+// TestHintLayoutChanged: a store whose layout marker changed since the
+// hint was left (a newer ipkeeper migrated it) fails the hinted write's
+// guard, and the ADD returns "try again" with nothing written.
+func TestHintLayoutChanged(t *testing.T) {
+	h := newHintTest(t)
+	h.add("node-a", "c0")
+	h.add("node-a", "c1")
+	kvs, err := Open(t.Context(), h.ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := kvs.Get(t.Context(), "meta/layout", "nodes/node-a")
+	if err != nil || es[0].Version == 0 {
+		t.Fatalf("layout marker %+v, %v", es, err)
+	}
+	if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: "meta/layout", Value: []byte("3")}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = kvs.Close()
+	_, w, err := h.tryAdd("node-a", "c2")
+	if !w.Unread {
+		t.Fatal("the hint was not taken")
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("ADD on a store of another layout: %v; want ErrUnavailable", err)
+	}
+	kvs, err = Open(t.Context(), h.ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvs.Close()
+	after, err := kvs.Get(t.Context(), "nodes/node-a")
+	if err != nil || after[0].Version != es[1].Version {
+		t.Fatalf("node object at version %d after the refused ADD, was %d (%v)", after[0].Version, es[1].Version, err)
+	}
 }

@@ -75,6 +75,13 @@ func OpenStoreWarm(ctx context.Context, ds config.Datastore, shared bool, w Warm
 			hint = hintPath(lockDir(), lockName(etcdConfig(ds)), w.Node)
 			w.Hint = loadHint(hint, w.Node)
 		}
+		if w.Hint != nil {
+			s := kvbacked.New(kvs)
+			if warmed, ok := s.TakeHint(w); ok {
+				s.Track(w.Node, warmed.Hint)
+				return &hintedStore{Store: s, path: hint, id: warmed.Hint.Store, at: warmed.Hint.StoreAt}, warmed, nil
+			}
+		}
 		s, warmed, err := openTyped(ctx, kvs, w)
 		if err != nil {
 			_ = kvs.Close()
@@ -84,7 +91,7 @@ func OpenStoreWarm(ctx context.Context, ds config.Datastore, shared bool, w Warm
 			return s, warmed, nil
 		}
 		s.Track(w.Node, warmed.Hint)
-		return &hintedStore{Store: s, path: hint, storeID: warmed.Store}, warmed, nil
+		return &hintedStore{Store: s, path: hint, id: warmed.Hint.Store, at: warmed.Hint.StoreAt}, warmed, nil
 	case config.DatastoreKubernetes:
 		s, err := openKube(ctx, ds, shared)
 		return s, Warmed{}, err

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,12 +62,15 @@ func etcdRPCs(t *testing.T, endpoint string) int {
 }
 
 // TestADDRoundTripsOnEtcd: a dual-stack ADD on etcd whose node already
-// holds blocks with room costs two requests: the open's read of the layout
-// marker, the node's object and both pools together, and the one write.
-// Its DEL likewise.
+// holds blocks with room costs one request, the write, when the node's
+// hint file holds what the previous process read and wrote (layout
+// marker, identity, pools, node object); without the file it costs two:
+// the open's read of all of these together, and the write. Its DEL
+// likewise.
 func TestADDRoundTripsOnEtcd(t *testing.T) {
 	srv := etcdtest.ForTest(t, nil)
-	t.Setenv("IPKEEPER_LOCK_DIR", t.TempDir())
+	locks := t.TempDir()
+	t.Setenv("IPKEEPER_LOCK_DIR", locks)
 	h := newHarness(t)
 	conf := fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":"net1","type":"bridge",
 		"ipam":{"type":"ipkeeper","nodeName":"node-a","datastore":{"type":"etcd","endpoints":[%q],"prefix":"/warm"},%s}}`,
@@ -73,23 +78,41 @@ func TestADDRoundTripsOnEtcd(t *testing.T) {
 	if _, err := h.add("c0", conf); err != nil { // pools, claims, blocks
 		t.Fatal(err)
 	}
-	before := etcdRPCs(t, srv.Endpoint)
-	res, err := h.add("c1", conf)
-	if err != nil {
-		t.Fatal(err)
+	dropHints := func() {
+		hints, _ := filepath.Glob(filepath.Join(locks, "*.hint"))
+		if len(hints) != 1 {
+			t.Fatalf("hint files %v; want one", hints)
+		}
+		_ = os.Remove(hints[0])
 	}
-	if n := etcdRPCs(t, srv.Endpoint) - before; n != 2 {
-		t.Errorf("a warm dual-stack ADD took %d etcd requests, want 2 (one read, one write)", n)
-	}
-	if len(res.IPs) != 2 {
-		t.Fatalf("ADD = %v, want two addresses", addrs(res))
-	}
-	before = etcdRPCs(t, srv.Endpoint)
-	if err := h.p.Del(h.args("c1", conf)); err != nil {
-		t.Fatal(err)
-	}
-	if n := etcdRPCs(t, srv.Endpoint) - before; n != 2 {
-		t.Errorf("a DEL took %d etcd requests, want 2 (one read, one write)", n)
+	for _, hinted := range []bool{true, false} {
+		want := 2
+		if hinted {
+			want = 1
+		} else {
+			dropHints()
+		}
+		before := etcdRPCs(t, srv.Endpoint)
+		res, err := h.add("c1", conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := etcdRPCs(t, srv.Endpoint) - before; n != want {
+			t.Errorf("hint file %v: a dual-stack ADD took %d etcd requests, want %d", hinted, n, want)
+		}
+		if len(res.IPs) != 2 {
+			t.Fatalf("ADD = %v, want two addresses", addrs(res))
+		}
+		if !hinted {
+			dropHints()
+		}
+		before = etcdRPCs(t, srv.Endpoint)
+		if err := h.p.Del(h.args("c1", conf)); err != nil {
+			t.Fatal(err)
+		}
+		if n := etcdRPCs(t, srv.Endpoint) - before; n != want {
+			t.Errorf("hint file %v: a DEL took %d etcd requests, want %d", hinted, n, want)
+		}
 	}
 	st, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/warm"}, true)
 	if err != nil {

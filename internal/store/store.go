@@ -28,6 +28,11 @@ var (
 	// ErrConflict: an update or delete named a version the object no
 	// longer has. Nothing was written; re-read and retry.
 	ErrConflict = errors.New("changed meanwhile")
+	// ErrStale is wrapped with ErrConflict by a write that a backend
+	// guarded with state its caller remembered from an earlier process
+	// (a plugin's hint file) when that memory turned out wrong: the caller
+	// forgets every object it remembers (nodes, pools) before it retries.
+	ErrStale = errors.New("remembered state is stale")
 	// ErrUnavailable: the datastore could not be reached or used
 	// (connection refused, timeouts, a lock not taken in time). The plugin
 	// maps it to CNI error 11 (try again later).

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -20,25 +22,42 @@ import (
 // one's.
 const storeKey = metaPrefix + "store"
 
-// NodeHint is a node object as one process last read or wrote it, kept
-// for the next short-lived process of the same node (the plugin's hint
-// file, internal/datastore): the node object's stored bytes and version,
-// and the identity of the store they came from.
+// NodeHint is what one process last read or wrote of a node object and
+// of pools, kept for the next short-lived process of the same node (the
+// plugin's hint file, internal/datastore): the objects' stored bytes and
+// versions, the layout marker's version and the identity of the store
+// they came from.
 //
-// A hint is never trusted, only used to skip a read: ReadLayoutWarm takes
-// it for the node object only when the store it reads has the hint's
-// identity, and every write computed from it is a compare-and-swap of the
-// node key at the hinted version, which fails (and the allocator reads the
-// object) once anybody else wrote the object.
+// A hint is never trusted, only used to skip reads. ReadLayoutWarm takes
+// the node object from it only when the store it reads has the hint's
+// identity. TakeHint takes everything from it (no read at all) and guards
+// the first write with what it took: the layout marker's version, the
+// store's identity (its value) and the pools' versions, besides the
+// write's own compare-and-swap of the node object at the hinted version.
+// A write that fails these checks wraps store.ErrStale, so that the
+// allocator forgets what it was told and reads.
 type NodeHint struct {
-	// Store is the store's identity (EnsureStoreID), "" when not known.
+	// Store is the store's identity (EnsureStoreID), "" when not known,
+	// and StoreAt the version of the key holding it.
 	Store   string
+	StoreAt store.Version
+	// Layout is the layout marker's version.
+	Layout  store.Version
 	Node    string
 	Version store.Version
 	Value   []byte
+	// Pools are pools as read or written, with their versions.
+	Pools []PoolHint
 	// Wrote is true when the process wrote the object (not only read
 	// it): only then does the datastore give the store an identity.
 	Wrote bool
+}
+
+// PoolHint is a pool as one process last read or wrote it.
+type PoolHint struct {
+	Name    string
+	Version store.Version
+	Value   []byte
 }
 
 // usable reports whether h can stand for node's object read from a store
@@ -51,68 +70,111 @@ func (h *NodeHint) usable(node string) bool {
 	return ok
 }
 
-// StoreID reads the store's identity; "" when it has none yet.
-func StoreID(ctx context.Context, s kv.Store) (string, error) {
+// StoreID reads the store's identity and the version of the key holding
+// it; "" when it has none yet.
+func StoreID(ctx context.Context, s kv.Store) (string, store.Version, error) {
 	es, err := s.Get(ctx, storeKey)
 	if err != nil {
-		return "", mapErr("read the store identity", err)
+		return "", "", mapErr("read the store identity", err)
 	}
-	return string(es[0].Value), nil
+	if es[0].Version == 0 {
+		return "", "", nil
+	}
+	return string(es[0].Value), version(es[0].Version), nil
 }
 
-// EnsureStoreID returns the store's identity, writing a new random one
-// (only if it has none, so that every process agrees on the first) when it
-// has none.
-func EnsureStoreID(ctx context.Context, s kv.Store) (string, error) {
+// EnsureStoreID returns the store's identity and its key's version,
+// writing a new random one (only if it has none, so that every process
+// agrees on the first) when it has none.
+func EnsureStoreID(ctx context.Context, s kv.Store) (string, store.Version, error) {
 	for range 3 {
-		id, err := StoreID(ctx, s)
+		id, at, err := StoreID(ctx, s)
 		if err != nil || id != "" {
-			return id, err
+			return id, at, err
 		}
 		var b [16]byte
 		_, _ = rand.Read(b[:])
 		id = hex.EncodeToString(b[:])
-		err = s.Txn(ctx, []kv.Cond{{Key: storeKey}}, []kv.Op{{Key: storeKey, Value: []byte(id)}})
+		rev, err := kv.TxnRevision(ctx, s, []kv.Cond{{Key: storeKey}}, []kv.Op{{Key: storeKey, Value: []byte(id)}})
 		switch {
+		case err == nil && rev > 0:
+			return id, version(rev), nil
 		case err == nil:
-			return id, nil
+			continue // written; its version is read back
 		case !errors.Is(err, kv.ErrConflict):
-			return "", mapErr("write the store identity", err)
+			return "", "", mapErr("write the store identity", err)
 		}
 	}
-	return "", fmt.Errorf("%w: write the store identity: %s kept changing", store.ErrConflict, storeKey)
+	return "", "", fmt.Errorf("%w: write the store identity: %s kept changing", store.ErrConflict, storeKey)
 }
 
-// tracker keeps what a Store last read or wrote of one node object (Track).
+// LayoutVersion returns the version of the layout marker of a store of
+// the typed layout ("" for another layout).
+func LayoutVersion(ctx context.Context, s kv.Store) (store.Version, error) {
+	es, err := s.Get(ctx, layoutKey)
+	if err != nil {
+		return "", mapErr("read the layout marker", err)
+	}
+	if l, err := layoutOf(es[0]); err != nil || l != LayoutTyped {
+		return "", err
+	}
+	return version(es[0].Version), nil
+}
+
+// tracker keeps what a Store last read or wrote of one node object and of
+// pools (Track).
 type tracker struct {
-	mu   sync.Mutex
-	node string
-	hint NodeHint
-	ok   bool
+	mu    sync.Mutex
+	node  string
+	hint  NodeHint
+	ok    bool
+	pools map[string]PoolHint
 }
 
-// Track makes s remember the stored bytes and version of node's object as
-// s last read or wrote it, from seed on (seed.Node == node; anything else
-// starts from nothing known); Tracked returns it.
+// Track makes s remember the stored bytes and version of node's object
+// and of the pools it reads or writes, as s last read or wrote them, from
+// seed on (seed.Node == node; anything else starts from nothing known);
+// Tracked returns them.
 func (s *Store) Track(node string, seed NodeHint) {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
 	s.track.node = node
 	s.track.hint, s.track.ok = NodeHint{}, false
-	if seed.Node == node && len(seed.Value) > 0 {
-		if _, ok := parseVersion(seed.Version); ok {
-			s.track.hint, s.track.ok = seed, true
-		}
+	s.track.pools = map[string]PoolHint{}
+	if seed.Node != node {
+		return
+	}
+	s.track.hint.Store, s.track.hint.StoreAt, s.track.hint.Layout = seed.Store, seed.StoreAt, seed.Layout
+	for _, p := range seed.Pools {
+		s.track.pools[p.Name] = p
+	}
+	if _, ok := parseVersion(seed.Version); ok && len(seed.Value) > 0 {
+		s.track.hint.Node, s.track.hint.Version, s.track.hint.Value = node, seed.Version, seed.Value
+		s.track.ok = true
 	}
 }
 
-// Tracked returns the tracked node object as last read or written by s;
-// false when not known (never read, absent, deleted, or a write whose
-// outcome or version s cannot tell).
+// Tracked returns the tracked node object and pools as last read or
+// written by s; false when the node object is not known (never read,
+// absent, deleted, or a write whose outcome or version s cannot tell).
 func (s *Store) Tracked() (NodeHint, bool) {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
-	return s.track.hint, s.track.ok
+	h := s.track.hint
+	h.Pools = nil
+	for _, p := range s.track.pools {
+		h.Pools = append(h.Pools, p)
+	}
+	slices.SortFunc(h.Pools, func(a, b PoolHint) int { return strings.Compare(a.Name, b.Name) })
+	return h, s.track.ok
+}
+
+// forget drops everything tracked: the store is not what the tracked
+// state says.
+func (s *Store) forget() {
+	s.track.mu.Lock()
+	defer s.track.mu.Unlock()
+	s.track.hint, s.track.ok, s.track.pools = NodeHint{Node: s.track.node}, false, map[string]PoolHint{}
 }
 
 // observe records node's object: its stored bytes at version v (v "" or
@@ -123,11 +185,26 @@ func (s *Store) observe(node string, val []byte, v store.Version, wrote bool) {
 	if node == "" || node != s.track.node {
 		return
 	}
+	wrote = wrote || s.track.hint.Wrote
 	if _, ok := parseVersion(v); !ok || val == nil || v == unknownVersion {
-		wrote = wrote || s.track.hint.Wrote
-		s.track.hint, s.track.ok = NodeHint{Node: node, Wrote: wrote}, false
+		s.track.hint.Version, s.track.hint.Value, s.track.hint.Wrote = "", nil, wrote
+		s.track.ok = false
 		return
 	}
-	s.track.hint = NodeHint{Store: s.track.hint.Store, Node: node, Version: v, Value: val, Wrote: wrote || s.track.hint.Wrote}
+	s.track.hint.Node, s.track.hint.Version, s.track.hint.Value, s.track.hint.Wrote = node, v, val, wrote
 	s.track.ok = true
+}
+
+// observePool records pool name as stored (val nil: gone or not known).
+func (s *Store) observePool(name string, val []byte, v store.Version) {
+	s.track.mu.Lock()
+	defer s.track.mu.Unlock()
+	if s.track.pools == nil {
+		return // not tracking
+	}
+	if _, ok := parseVersion(v); !ok || val == nil || v == unknownVersion {
+		delete(s.track.pools, name)
+		return
+	}
+	s.track.pools[name] = PoolHint{Name: name, Version: v, Value: val}
 }

@@ -16,9 +16,14 @@ func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
 	}
 	e, err := s.get(ctx, fmt.Sprintf("pool %q", name), poolKey(name))
 	if err != nil {
+		s.observePool(name, nil, "")
 		return store.Pool{}, err
 	}
-	return decodePool(e)
+	p, err := decodePool(e)
+	if err == nil {
+		s.observePool(name, e.Value, p.Version)
+	}
+	return p, err
 }
 
 func decodePool(e kv.KeyValue) (store.Pool, error) {
@@ -68,9 +73,11 @@ func (s *Store) CreatePool(ctx context.Context, p store.Pool) (store.Pool, error
 	what := fmt.Sprintf("create pool %q", p.Spec.Name)
 	rev, err := s.txn(ctx, what, []kv.Cond{{Key: key}}, []kv.Op{{Key: key, Value: val}})
 	if err != nil {
+		s.observePool(p.Spec.Name, nil, "")
 		return store.Pool{}, createErr(what, err)
 	}
 	p.Version = stored(rev)
+	s.observePool(p.Spec.Name, val, p.Version)
 	return p, nil
 }
 
@@ -87,9 +94,11 @@ func (s *Store) UpdatePool(ctx context.Context, p store.Pool) (store.Pool, error
 	}
 	rev, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, []kv.Op{{Key: key, Value: val}})
 	if err != nil {
+		s.observePool(p.Spec.Name, nil, "")
 		return store.Pool{}, s.casErr(ctx, what, key, err)
 	}
 	p.Version = stored(rev)
+	s.observePool(p.Spec.Name, val, p.Version)
 	return p, nil
 }
 
@@ -104,7 +113,9 @@ func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
 	if !ok {
 		return s.casErr(ctx, what, key, nil)
 	}
-	if _, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, []kv.Op{{Key: key, Delete: true}}); err != nil {
+	_, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, []kv.Op{{Key: key, Delete: true}})
+	s.observePool(p.Spec.Name, nil, "")
+	if err != nil {
 		return s.casErr(ctx, what, key, err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,6 +51,8 @@ type Store struct {
 	max  int
 	// track is what Track asked to remember of one node object.
 	track tracker
+	// guard is what TakeHint took on trust.
+	guard guard
 }
 
 var _ store.Store = (*Store)(nil)
@@ -115,11 +118,18 @@ func parseVersion(v store.Version) (int64, bool) {
 // returning the version of the keys it put (read back from key when the
 // backend cannot tell; 0 when nothing is put).
 func (s *Store) txn(ctx context.Context, what string, conds []kv.Cond, ops []kv.Op) (int64, error) {
+	guards := s.guarded()
+	if guards != nil {
+		conds = append(slices.Clone(guards), conds...)
+	}
 	if !s.lim.Fits(conds, ops) {
 		return 0, fmt.Errorf("%w: %s: %d keys and %d bytes of keys and values exceed the datastore's transaction limits (%+v)",
 			store.ErrTooLarge, what, len(ops), kv.TxnBytes(conds, ops), s.lim)
 	}
 	rev, err := kv.TxnRevision(ctx, s.kv, conds, ops)
+	if guards != nil {
+		err = s.settle(ctx, what, err)
+	}
 	if err != nil || rev > 0 {
 		return rev, err
 	}
@@ -190,6 +200,9 @@ func createErr(what string, err error) error {
 
 // get reads one key.
 func (s *Store) get(ctx context.Context, what, key string) (kv.KeyValue, error) {
+	if err := s.checkRead(ctx); err != nil {
+		return kv.KeyValue{}, err
+	}
 	es, err := s.kv.Get(ctx, key)
 	if err != nil {
 		return kv.KeyValue{}, mapErr(what, err)
@@ -202,6 +215,9 @@ func (s *Store) get(ctx context.Context, what, key string) (kv.KeyValue, error) 
 
 // list reads every key under prefix.
 func (s *Store) list(ctx context.Context, what, prefix string) ([]kv.KeyValue, error) {
+	if err := s.checkRead(ctx); err != nil {
+		return nil, err
+	}
 	es, err := s.kv.List(ctx, prefix)
 	if err != nil {
 		return nil, mapErr(what, err)

@@ -32,6 +32,9 @@ type Warmed struct {
 	Pools []store.Pool
 	// Store is the store's identity ("" when it has none yet).
 	Store string
+	// Unread says nothing was read: everything came from Warm.Hint
+	// (Store.TakeHint).
+	Unread bool
 	// Hint is Node as stored (Value nil when there is none), for
 	// Store.Track; Hinted says it came from Warm.Hint, not from the store.
 	Hint   NodeHint
@@ -63,6 +66,10 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 		return layout, Warmed{}, err
 	}
 	out := Warmed{OK: true, Store: string(es[1].Value)}
+	out.Hint = NodeHint{Store: out.Store, Layout: version(es[0].Version), Node: w.Node}
+	if es[1].Version != 0 {
+		out.Hint.StoreAt = version(es[1].Version)
+	}
 	es = es[2:]
 	if hinted && out.Store != w.Hint.Store {
 		// Not the hint's store: read the object after all.
@@ -82,12 +89,13 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 				return layout, Warmed{}, nil
 			}
 			n.Version = w.Hint.Version
-			out.Node, out.Hint, out.Hinted = n, *w.Hint, true
+			out.Node, out.Hinted = n, true
+			out.Hint.Version, out.Hint.Value = w.Hint.Version, w.Hint.Value
 		case es[0].Version != 0:
 			if out.Node, err = decodeNode(w.Node, es[0]); err != nil {
 				return layout, Warmed{}, nil
 			}
-			out.Hint = NodeHint{Store: out.Store, Node: w.Node, Version: out.Node.Version, Value: es[0].Value}
+			out.Hint.Version, out.Hint.Value = out.Node.Version, es[0].Value
 			es = es[1:]
 		default:
 			es = es[1:]
@@ -102,6 +110,7 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 			return layout, Warmed{}, nil
 		}
 		out.Pools = append(out.Pools, p)
+		out.Hint.Pools = append(out.Hint.Pools, PoolHint{Name: p.Spec.Name, Version: p.Version, Value: e.Value})
 	}
 	return layout, out, nil
 }

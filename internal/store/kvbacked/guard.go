@@ -1,0 +1,162 @@
+package kvbacked
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// guard holds what TakeHint took on trust, until a read or a write has
+// checked it against the store.
+type guard struct {
+	mu sync.Mutex
+	// conds guard the next transaction: the layout marker at its hinted
+	// version and value, the identity key at its hinted version and value,
+	// every hinted pool at its version. nil once a transaction passed them.
+	conds []kv.Cond
+	// checked: a read has checked the layout marker and the identity (the
+	// pools are left to conds).
+	checked bool
+	store   string
+}
+
+// TakeHint makes s serve w from w.Hint alone, reading nothing, when the
+// hint holds all of it: the node object, every pool of w.Pools, the layout
+// marker's version and the store's identity with its key's version. The
+// first transaction s runs afterwards is guarded by all of these besides
+// its own conditions, and the first read first checks the marker and the
+// identity. A guarded transaction whose guard fails returns an error
+// wrapping store.ErrConflict and store.ErrStale (the caller forgets what it
+// was told and reads), or store.ErrUnavailable when the store no longer
+// has this layout. It reports false, taking nothing, when the hint does
+// not hold everything.
+func (s *Store) TakeHint(w Warm) (Warmed, bool) {
+	h := w.Hint
+	if !h.usable(w.Node) {
+		return Warmed{}, false
+	}
+	lv, ok1 := parseVersion(h.Layout)
+	sv, ok2 := parseVersion(h.StoreAt)
+	if !ok1 || !ok2 {
+		return Warmed{}, false
+	}
+	out := Warmed{OK: true, Store: h.Store, Hint: *h, Hinted: true, Unread: true}
+	conds := []kv.Cond{{Key: layoutKey, Version: lv, Value: []byte(layoutV2)}, {Key: storeKey, Version: sv, Value: []byte(h.Store)}}
+	for _, name := range w.Pools {
+		if store.ValidName("pool", name) != nil {
+			continue
+		}
+		i := slices.IndexFunc(h.Pools, func(p PoolHint) bool { return p.Name == name })
+		if i < 0 {
+			return Warmed{}, false // a pool the hint does not know (perhaps not created yet)
+		}
+		ph := h.Pools[i]
+		v, ok := parseVersion(ph.Version)
+		if !ok {
+			return Warmed{}, false
+		}
+		p, err := decodePool(kv.KeyValue{Key: poolKey(name), Value: ph.Value, Version: v})
+		if err != nil {
+			return Warmed{}, false
+		}
+		out.Pools = append(out.Pools, p)
+		conds = append(conds, kv.Cond{Key: poolKey(name), Version: v})
+	}
+	n, err := store.UnmarshalNode(w.Node, h.Value)
+	if err != nil {
+		return Warmed{}, false
+	}
+	n.Version = h.Version
+	out.Node = n
+	s.guard.mu.Lock()
+	s.guard.conds, s.guard.checked, s.guard.store = conds, false, h.Store
+	s.guard.mu.Unlock()
+	return out, true
+}
+
+// guarded returns the conditions the next transaction carries besides
+// its own (nil when nothing is taken on trust).
+func (s *Store) guarded() []kv.Cond {
+	s.guard.mu.Lock()
+	defer s.guard.mu.Unlock()
+	return s.guard.conds
+}
+
+// settle ends a guarded transaction: passed, nothing is on trust any more;
+// failed, the marker and the identity are read to tell a store of another
+// layout (ErrUnavailable) from stale remembered state (ErrStale, with the
+// conflict), and nothing is on trust any more either.
+func (s *Store) settle(ctx context.Context, what string, err error) error {
+	s.guard.mu.Lock()
+	s.guard.conds = nil
+	s.guard.mu.Unlock()
+	if err == nil || !errors.Is(err, kv.ErrConflict) {
+		return err
+	}
+	if cerr := s.checkLayout(ctx); cerr != nil {
+		return cerr
+	}
+	s.forget()
+	// Not wrapping err: its kv.ErrConflict would make a create report
+	// ErrExists, which callers handle as "someone else has it" without
+	// forgetting what they were told.
+	return fmt.Errorf("%w: %w: %s: %v", store.ErrConflict, store.ErrStale, what, err)
+}
+
+// checkRead checks, before the first read after TakeHint, that the store
+// still has the typed layout and the hint's identity: a read of another
+// store's objects would mix them with what the hint said. A store of
+// another identity is ErrStale (with ErrConflict: the caller forgets what
+// it remembers and retries).
+func (s *Store) checkRead(ctx context.Context) error {
+	s.guard.mu.Lock()
+	pending := s.guard.conds != nil && !s.guard.checked
+	s.guard.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	if err := s.checkLayout(ctx); err != nil {
+		return err
+	}
+	s.guard.mu.Lock()
+	defer s.guard.mu.Unlock()
+	s.guard.checked = true
+	return nil
+}
+
+// checkLayout reads the layout marker and the identity: another layout is
+// ErrUnavailable, another identity ErrStale (and ErrConflict), and drops
+// what was taken on trust.
+func (s *Store) checkLayout(ctx context.Context) error {
+	es, err := s.kv.Get(ctx, layoutKey, storeKey)
+	if err != nil {
+		return mapErr("read the layout marker", err)
+	}
+	if l, err := layoutOf(es[0]); err != nil || l != LayoutTyped {
+		s.forget()
+		s.dropGuard()
+		return fmt.Errorf("%w: the datastore's layout changed during this call (%s holds %q); try again", store.ErrUnavailable, layoutKey, es[0].Value)
+	}
+	s.guard.mu.Lock()
+	id := s.guard.store
+	s.guard.mu.Unlock()
+	if id != "" && !bytes.Equal(es[1].Value, []byte(id)) {
+		s.forget()
+		s.dropGuard()
+		return fmt.Errorf("%w: %w: the datastore is not the one this node's hint came from (wiped or replaced)", store.ErrConflict, store.ErrStale)
+	}
+	return nil
+}
+
+// dropGuard drops what was taken on trust.
+func (s *Store) dropGuard() {
+	s.guard.mu.Lock()
+	s.guard.conds, s.guard.store = nil, ""
+	s.guard.mu.Unlock()
+}
