@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -45,6 +47,7 @@ const watchdogGrace = 2 * time.Second
 // was blocked in. Stdin is bounded by config.MaxConfigBytes.
 func Main(about string) {
 	start := time.Now()
+	shortLived()
 	out := &gate{w: os.Stdout}
 	timeout, terr := timeoutFromEnv(os.Getenv)
 	if terr != nil {
@@ -86,6 +89,25 @@ func Main(about string) {
 		exitWith(out, e)
 	}
 	out.close()
+}
+
+// shortLivedHeap is the heap size past which a plugin process collects
+// garbage (shortLived): well above what a call needs (decoding a node
+// object of 500 pods takes a few MiB), well below what a node can spare.
+const shortLivedHeap = 256 << 20
+
+// shortLived tunes the Go runtime for a process that lives for one call
+// and mostly waits on its datastore: one P instead of one per CPU (no
+// idle Ps spinning for work while the call waits) and no garbage
+// collection below shortLivedHeap. On this project's 2-CPU test VM, 60
+// sequential etcd ADDs as processes, five rounds alternating builds with
+// and without it: 5.6-6.5 against 6.6-7.2 ms of CPU per ADD, 7.6-8.8
+// against 8.5-9.2 ms of wall time. Long-running binaries (the agent)
+// never call Main.
+func shortLived() {
+	runtime.GOMAXPROCS(1)
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(shortLivedHeap)
 }
 
 // exitWith prints err as a CNI error object, unless the watchdog already
