@@ -24,7 +24,11 @@
 // gets -cell-timeout per phase; one that crawls is cut off and prints what
 // was done. Then the goal ratios, and -goal-adds ADDs over the nodes on
 // the kubernetes datastore at the concurrency that had the best ADD/s (in
-// a fresh partition of its own, not deleted: it is the last run).
+// a fresh partition of its own, not deleted: it is the last run). Last,
+// the floor (-floor): the CPU an exec of /bin/true and of the plugin's
+// VERSION cost, and one IPAMNode compare-and-swap (small, and of 50
+// handles) costs the API server and its etcd — what no design with one
+// exec and one write per ADD goes below on this machine.
 //
 //	IPKEEPER_KUBE_APISERVER=$(scripts/kube-apiserver.sh) go run ./test/bench/kube [-bin bin] [-n 100] [-conc 1,8,64]
 package main
@@ -56,6 +60,7 @@ var (
 	flagGoalTimeout = flag.Duration("goal-timeout", 3*time.Minute, "time limit of the goal run")
 	flagWAVersion   = flag.String("whereabouts-version", "v0.9.2", "whereabouts module version")
 	flagWABin       = flag.String("whereabouts", "", "whereabouts binary (default: built from the module into the cache)")
+	flagFloor       = flag.Bool("floor", true, "also measure the floor: CPU of an empty exec, of the plugin's VERSION, of one IPAMNode write")
 	flagModes       = flag.String("modes", modeKube+","+modeAgent+","+modeEtcd+",whereabouts",
 		"comma-separated modes to run (a name, or its first word); also: "+modeKubeDirect)
 )
@@ -224,6 +229,15 @@ func main() {
 		printRow(r)
 		fmt.Printf("time for %d ADDs: %.2fs, %d succeeded (goal: < 10 s)\n", *flagGoalAdds, r.add.res.Wall.Seconds(), r.add.res.N)
 		printCPUBound(r)
+	}
+	if *flagFloor {
+		var waRate float64
+		if r, ok := results[waName][8]; ok {
+			waRate = r.add.res.Rate()
+		}
+		if err := floor(ctx, srv, ipk, waRate); err != nil {
+			log.Fatal(err)
+		}
 	}
 }
 
