@@ -45,6 +45,18 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(binDir)
+	// The plugins' node locks and hint files go to a directory of this
+	// run's own, not the host's /run/ipkeeper (tests that need another
+	// one set their own).
+	lockDir, err := os.MkdirTemp("", "ipk-e2e-locks-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(lockDir)
+	if os.Getenv("IPKEEPER_LOCK_DIR") == "" {
+		_ = os.Setenv("IPKEEPER_LOCK_DIR", lockDir)
+	}
 	if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper"); buildErr == nil {
 		ipkeeperBin = filepath.Join(binDir, "ipkeeper")
 	}
