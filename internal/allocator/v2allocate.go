@@ -25,18 +25,13 @@ import (
 // the node's own object recorded the loan, so that whatever a crash
 // leaves names this handle and is found by DEL, GC or the controller. A
 // failure after the node's own write releases what was written.
+// Allocations of one node that wait for each other in this process are
+// written together when the node's blocks have room for them (v2batch.go).
 func (a *StoreAllocator) Allocate(ctx context.Context, req Request) (ipam.Handle, error) {
 	if req.Handle.ID == "" || store.ValidName("node", req.Handle.Node) != nil {
 		return ipam.Handle{}, fmt.Errorf("allocate: handle ID and a node name without '/' are required (node %q)", req.Handle.Node)
 	}
-	defer a.lockNode(req.Handle.Node)()
-	var out ipam.Handle
-	err := a.retry(ctx, "allocate "+req.Handle.ID, func() error {
-		var err error
-		out, err = a.allocateOnce(ctx, req)
-		return err
-	})
-	return out, err
+	return a.allocateQueued(ctx, req)
 }
 
 // allocation is the state one attempt builds: the node's object and the

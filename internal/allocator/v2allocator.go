@@ -30,6 +30,9 @@ type StoreAllocator struct {
 	// nodeLocks serializes this process's allocations per node, so that
 	// they build on each other's writes instead of conflicting.
 	nodeLocks sync.Map // node -> *sync.Mutex
+	// queues holds each node's allocations waiting for its lock, to be
+	// committed together (v2batch.go).
+	queues sync.Map // node -> *allocQueue
 	// known holds the last state of node objects read or written.
 	known sync.Map // node -> store.Node
 	// pools caches pool definitions read for allocations (see
