@@ -43,7 +43,16 @@ type allocation struct {
 	lenders map[string]store.Node
 	pools   map[string]ipam.Pool
 	adopted bool
+	// remembered: own is the copy this process last wrote or was told of,
+	// not read by this attempt. Only an address of its own blocks is taken
+	// from it; anything more returns errRemembered.
+	remembered bool
 }
+
+// errRemembered: the allocation needs more than the remembered object's
+// blocks (a claim, a loan, or the verdict that the pools are exhausted),
+// which is decided on the object as read.
+var errRemembered = errors.New("needs the node object as stored")
 
 func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle, error) {
 	node, id := req.Handle.Node, req.Handle.ID
@@ -76,7 +85,7 @@ func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Ha
 	if err != nil {
 		return ipam.Handle{}, err
 	}
-	al := &allocation{a: a, node: node, own: own, lenders: map[string]store.Node{}, pools: pools}
+	al := &allocation{a: a, node: node, own: own, lenders: map[string]store.Node{}, pools: pools, remembered: hinted}
 	h := req.Handle
 	h.IPs = nil
 	h.Created = a.Now().UTC()
@@ -90,6 +99,13 @@ func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Ha
 			ip, err = al.takeWanted(ctx, usable, want, h)
 		} else {
 			ip, err = al.takeAny(ctx, usable, h)
+		}
+		if errors.Is(err, errRemembered) {
+			// Claims, loans and "exhausted" are decided on the object as
+			// stored, never on a copy that may be stale (a claim made from
+			// it would stay orphaned when the write of the copy fails).
+			a.known.Delete(node)
+			return a.allocateOnce(ctx, req)
 		}
 		if err != nil {
 			return ipam.Handle{}, fmt.Errorf("range set %d: %w", i, err)
@@ -167,6 +183,9 @@ func (al *allocation) takeAny(ctx context.Context, pools []ipam.Pool, h ipam.Han
 		names = append(names, p.Name)
 		if ip, ok, err := al.take(p, h); err != nil || ok {
 			return ip, err
+		}
+		if al.remembered {
+			return ipam.HandleIP{}, errRemembered
 		}
 		if !al.adopted {
 			if err := al.adoptClaims(ctx); err != nil {
@@ -283,6 +302,9 @@ func (al *allocation) takeWanted(ctx context.Context, pools []ipam.Pool, want ne
 		return ipam.HandleIP{}, err
 	}
 	if _, ok := al.own.Block(ref); !ok {
+		if al.remembered {
+			return ipam.HandleIP{}, errRemembered
+		}
 		c, err := al.a.store.GetClaim(ctx, ref)
 		switch {
 		case errors.Is(err, store.ErrNotFound):

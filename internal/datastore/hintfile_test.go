@@ -389,6 +389,9 @@ func (h *hintTest) roomless(node string) bool {
 	}
 	defer s.Close()
 	n, err := s.GetNode(h.t.Context(), node)
+	if errors.Is(err, store.ErrNotFound) {
+		return false
+	}
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -440,4 +443,49 @@ func TestHintLayoutChanged(t *testing.T) {
 	if err != nil || after[0].Version != es[1].Version {
 		t.Fatalf("node object at version %d after the refused ADD, was %d (%v)", after[0].Version, es[1].Version, err)
 	}
+}
+
+// TestHintFullButFreed: a hint whose blocks are full while the stored
+// object has room again (another process released an address since) must
+// not make the ADD claim a block: claims, loans and "exhausted" are decided
+// on the object as stored, so the ADD reads it and takes the freed address
+// — a claim made from the stale copy would stay orphaned when the copy's
+// write failed.
+func TestHintFullButFreed(t *testing.T) {
+	h := newHintTest(t)
+	h.v4 = ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.23.0.0/24"), BlockSize: 30}
+	var added []string
+	for i := 0; !h.roomless("node-a"); i++ {
+		c := fmt.Sprint("c", i)
+		h.add("node-a", c)
+		added = append(added, c)
+	}
+	s, err := OpenStore(t.Context(), h.ds, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := allocator.NewStoreAllocator(s, nil).Release(t.Context(), "node-a", ipam.HandleID("net", added[0], "eth0")); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.ListClaims(t.Context(), store.ClaimSelector{Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if _, w := h.add("node-a", "late"); !w.Unread {
+		t.Fatal("the hint was not taken")
+	}
+	s, err = OpenStore(t.Context(), h.ds, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	after, err := s.ListClaims(t.Context(), store.ClaimSelector{Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("the ADD claimed %d blocks while the node had a free address", len(after)-len(before))
+	}
+	h.want(append(added[1:], "late")...)
 }

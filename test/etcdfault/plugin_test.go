@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
@@ -34,6 +35,13 @@ func openStore(t *testing.T, endpoints []string, prefix string) store.Store {
 // in etcd and returns the report; any violated invariant fails the test.
 func checkStore(t *testing.T, endpoints []string, prefix string) consistency.Report {
 	t.Helper()
+	return checkStoreExcept(t, endpoints, prefix)
+}
+
+// checkStoreExcept is checkStore that lets problems of the kinds named
+// pass (logged).
+func checkStoreExcept(t *testing.T, endpoints []string, prefix string, allowed ...consistency.Kind) consistency.Report {
+	t.Helper()
 	s, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +51,16 @@ func checkStore(t *testing.T, endpoints []string, prefix string) consistency.Rep
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.Err(); err != nil {
+	var left consistency.Report
+	left.Counts = rep.Counts
+	for _, p := range rep.Problems {
+		if slices.Contains(allowed, p.Kind) {
+			t.Logf("allowed: %+v", p)
+			continue
+		}
+		left.Problems = append(left.Problems, p)
+	}
+	if err := left.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return rep
@@ -193,7 +210,11 @@ func TestPluginKill9(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		checkStore(t, eps, prefix)
+		// A process killed between its block claim and the write of its
+		// node's object leaves the claim: it names the node, whose next ADD
+		// that needs room (or `ipkeeperctl gc`, CNI GC, the controller)
+		// adopts the block. Anything else is a failure.
+		checkStoreExcept(t, eps, prefix, consistency.KindClaimWithoutBlock)
 	}
 	t.Logf("%d plugin processes killed mid-run, %d finished first", killed, finished)
 	if killed == 0 {
@@ -205,6 +226,18 @@ func TestPluginKill9(t *testing.T) {
 			if o, err := runPlugin(ctx, t, "DEL", fmt.Sprintf("r%02dc%d", r, i), conf(i%nodes), locks[i%nodes]); err != nil || o.Code != 0 {
 				t.Fatalf("DEL: %v %+v", err, o)
 			}
+		}
+	}
+	// Adoption (what `ipkeeperctl gc` runs) takes the claims killed ADDs
+	// left into their nodes' objects: then nothing at all is wrong.
+	st, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: eps, Prefix: prefix}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for n := range nodes {
+		if _, err := allocator.NewStoreAllocator(st, nil).AdoptClaims(ctx, fmt.Sprintf("node-%d", n)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if rep := checkStore(t, eps, prefix); rep.Counts.Handles != 0 || rep.Counts.Allocated != 0 {
