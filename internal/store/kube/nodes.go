@@ -10,11 +10,45 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// nodeWire is an IPAMNode's spec: store.NodeSpec (EncodeNode) and the
-// node's name, which the object's name may only hash.
+// nodeWire is an IPAMNode's spec: store.NodeSpec (EncodeNode) with its
+// handle records as strings (records.go), and the node's name, which the
+// object's name may only hash.
 type nodeWire struct {
-	Node string `json:"node"`
-	store.NodeSpec
+	Node    string            `json:"node"`
+	Blocks  []store.BlockSpec `json:"blocks"`
+	Records []string          `json:"records"`
+	// Handles is read, never written: objects written before records were
+	// strings hold them here.
+	Handles []store.HandleSpec `json:"handles,omitempty"`
+	Loans   []store.LoanSpec   `json:"loans,omitempty"`
+}
+
+// wireOf returns the spec to store for node name.
+func wireOf(name string, spec store.NodeSpec) nodeWire {
+	w := nodeWire{Node: name, Blocks: spec.Blocks, Records: make([]string, len(spec.Handles)), Loans: spec.Loans}
+	for i := range spec.Handles {
+		w.Records[i] = formatRecord(&spec.Handles[i])
+	}
+	return w
+}
+
+// spec returns the store.NodeSpec w holds.
+func (w *nodeWire) spec() (store.NodeSpec, error) {
+	spec := store.NodeSpec{Blocks: w.Blocks, Handles: w.Handles, Loans: w.Loans}
+	if len(w.Records) > 0 && len(w.Handles) > 0 {
+		return store.NodeSpec{}, fmt.Errorf("%w: both records and handles", errRecord)
+	}
+	if len(w.Records) > 0 {
+		spec.Handles = make([]store.HandleSpec, len(w.Records))
+		for i, r := range w.Records {
+			h, err := parseRecord(r)
+			if err != nil {
+				return store.NodeSpec{}, fmt.Errorf("record %d: %w", i, err)
+			}
+			spec.Handles[i] = h
+		}
+	}
+	return spec, nil
 }
 
 // nodeBody validates n (EncodeNode), checks the spec's size and returns
@@ -26,7 +60,7 @@ func (s *Store) nodeBody(n store.Node) (name string, body []byte, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	raw, err := json.Marshal(nodeWire{Node: n.Name, NodeSpec: spec})
+	raw, err := json.Marshal(wireOf(n.Name, spec))
 	if err != nil {
 		return "", nil, err
 	}
@@ -62,7 +96,11 @@ func (s *Store) decodeNode(o *object, want string) (store.Node, error) {
 	if name := s.names.object(w.Node); name != o.Metadata.Name {
 		return store.Node{}, fmt.Errorf("%w: %s holds node %q, whose object name is %q", store.ErrCorrupt, what(kindNode, o.Metadata.Name), w.Node, name)
 	}
-	n, err := store.DecodeNode(w.Node, w.NodeSpec)
+	spec, err := w.spec()
+	if err != nil {
+		return store.Node{}, fmt.Errorf("%w: %s: %w", store.ErrCorrupt, what(kindNode, o.Metadata.Name), err)
+	}
+	n, err := store.DecodeNode(w.Node, spec)
 	if err != nil {
 		return store.Node{}, fmt.Errorf("%s: %w", what(kindNode, o.Metadata.Name), err)
 	}

@@ -33,7 +33,7 @@ func TestSchemaKeepsEverySpecField(t *testing.T) {
 	if spec.Handles[0].Attachment != nil || spec.Handles[1].Attachment == nil || spec.Handles[2].Node == "" || len(spec.Loans) == 0 {
 		t.Fatal("fixture: want an attachment-less handle, one with an attachment, a borrowed record and a loan")
 	}
-	sent, _ := json.Marshal(nodeWire{Node: n.Name, NodeSpec: spec})
+	sent, _ := json.Marshal(wireOf(n.Name, spec))
 	checkStored(t, admin, kindNode, st.names.object(n.Name), sent)
 
 	c := store.Claim{BlockRef: store.BlockRef{Pool: pool6.Name, CIDR: n.Blocks[1].CIDR}, Node: "node-a"}
@@ -85,7 +85,7 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 	good := dualStackNode(t, "node-a", "node-b")
 	spec, _ := store.EncodeNode(good)
 	nodeSpec := func(edit func(w *nodeWire)) []byte {
-		w := nodeWire{Node: "node-a", NodeSpec: spec}
+		w := wireOf("node-a", spec)
 		b, _ := json.Marshal(w)
 		var cp nodeWire
 		_ = json.Unmarshal(b, &cp)
@@ -104,11 +104,13 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 		{"claim, no node", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26"}`, "spec.node"},
 		{"pool, bad gateway", kindPool, `{"name":"p","cidr":"10.0.0.0/16","blockSize":26,"gateway":"10.0.0"}`, "spec.gateway"},
 		{"pool, block size a string", kindPool, `{"name":"p","cidr":"10.0.0.0/16","blockSize":"26"}`, "spec.blockSize"},
-		{"node, bad free queue syntax", kindNode, `{"node":"n","blocks":[{"pool":"p","cidr":"10.0.0.0/26","free":"0-x"}],"handles":[]}`, "free"},
-		{"node, bad address", kindNode, `{"node":"n","blocks":[],"handles":[{"id":"a.b.c","ips":[{"addr":"10.0.0.256","pool":"p"}]}]}`, "addr"},
-		{"node, attachment of two", kindNode, `{"node":"n","blocks":[],"handles":[{"id":"x","attachment":["a","b"],"ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "attachment"},
-		{"node, bad created", kindNode, `{"node":"n","blocks":[],"handles":[{"id":"a.b.c","created":"yesterday","ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "created"},
-		{"node, no handles", kindNode, `{"node":"n","blocks":[]}`, "handles"},
+		{"node, bad free queue syntax", kindNode, `{"node":"n","blocks":[{"pool":"p","cidr":"10.0.0.0/26","free":"0-x"}],"records":[]}`, "free"},
+		{"node, record not a string", kindNode, `{"node":"n","blocks":[],"records":[{"id":"a.b.c"}]}`, "records"},
+		{"node, no records", kindNode, `{"node":"n","blocks":[]}`, "records"},
+		// Objects written before records were strings keep the old schema.
+		{"node, old form, bad address", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"a.b.c","ips":[{"addr":"10.0.0.256","pool":"p"}]}]}`, "addr"},
+		{"node, old form, attachment of two", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"x","attachment":["a","b"],"ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "attachment"},
+		{"node, old form, bad created", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"a.b.c","created":"yesterday","ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "created"},
 	}
 	for _, c := range refused {
 		t.Run(c.name, func(t *testing.T) {
@@ -132,6 +134,10 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 		{"free queue with a run that does not ascend", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "5-2" }), "does not ascend"},
 		{"free queue missing an ordinal", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "0-5" }), "want 64 in all"},
 		{"unmasked block", nodeSpec(func(w *nodeWire) { w.Blocks[0].CIDR = netip.PrefixFrom(netip.MustParseAddr("10.0.0.65"), 26) }), "not a masked prefix"},
+		{"record that does not parse", nodeSpec(func(w *nodeWire) { w.Records[0] = "a.b.c 10.0.0.1" }), "want <addr>@<pool>"},
+		{"record with a key out of order", nodeSpec(func(w *nodeWire) { w.Records[0] += " node=x" }), "in that order"},
+		{"records and handles both", nodeSpec(func(w *nodeWire) { w.Handles = []store.HandleSpec{spec.Handles[0]} }), "both records and handles"},
+		{"record dropped, its address still taken", nodeSpec(func(w *nodeWire) { w.Records = w.Records[1:] }), "node-a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := admin.names.object("node-a")
@@ -165,7 +171,7 @@ func TestReadChecksName(t *testing.T) {
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-b", "node-c")
 	spec, _ := store.EncodeNode(n)
-	raw, _ := json.Marshal(nodeWire{Node: "node-b", NodeSpec: spec})
+	raw, _ := json.Marshal(wireOf("node-b", spec))
 	body, _ := admin.newObject(kindNode, st.names.object("node-a"), nil, raw, "")
 	if _, err := admin.create(ctx, kindNode, st.names.object("node-a"), body); err != nil {
 		t.Fatal(err)
