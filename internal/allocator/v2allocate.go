@@ -230,10 +230,14 @@ func (al *allocation) take(p ipam.Pool, h ipam.Handle) (ipam.HandleIP, bool, err
 
 // adoptClaims adds to the node's object every block the node has claimed
 // in a pool of the request but does not hold yet: only the node a claim
-// names keeps its block's state, so such a block is empty.
+// names keeps its block's state, so such a block is empty. The list may
+// come from a cache (the common answer, none, costs no wait); each claim
+// to adopt is read again, so that a claim deleted meanwhile (a block
+// another node may hold now) is never adopted. A claim the cache does not
+// show yet stays for the next adoption (GC, the controller).
 func (al *allocation) adoptClaims(ctx context.Context) error {
 	al.adopted = true
-	claims, err := al.a.store.ListClaims(ctx, store.ClaimSelector{Node: al.node})
+	claims, err := al.a.store.ListClaims(ctx, store.ClaimSelector{Node: al.node, Cached: true})
 	if err != nil {
 		return err
 	}
@@ -242,6 +246,16 @@ func (al *allocation) adoptClaims(ctx context.Context) error {
 		if !ok || c.CIDR.Bits() != p.BlockSize || !p.CIDR.Contains(c.CIDR.Addr()) {
 			continue
 		}
+		if _, held := al.own.Block(c.BlockRef); held {
+			continue
+		}
+		now, err := al.a.store.GetClaim(ctx, c.BlockRef)
+		if errors.Is(err, store.ErrNotFound) || err == nil && now.Node != al.node {
+			continue
+		}
+		if err != nil {
+			return err
+		}
 		al.own = nodealloc.AddBlock(al.own, p, c.CIDR)
 	}
 	return nil
@@ -249,7 +263,9 @@ func (al *allocation) adoptClaims(ctx context.Context) error {
 
 // borrow takes a free address of pool p from another node's block.
 func (al *allocation) borrow(ctx context.Context, p ipam.Pool, h ipam.Handle) (ipam.HandleIP, bool, error) {
-	claims, err := al.a.store.ListClaims(ctx, store.ClaimSelector{Pool: p.Name})
+	// A cached list: a lender's object is read (and written with
+	// compare-and-swap) before anything is taken from it.
+	claims, err := al.a.store.ListClaims(ctx, store.ClaimSelector{Pool: p.Name, Cached: true})
 	if err != nil {
 		return ipam.HandleIP{}, false, err
 	}

@@ -58,7 +58,10 @@ func (a *StoreAllocator) claimBlock(ctx context.Context, p ipam.Pool, node strin
 	if n <= probe {
 		return netip.Prefix{}, false, nil
 	}
-	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: p.Name})
+	// A cached list: a block it shows free that is not is refused by
+	// the claim's create-if-absent; one it shows taken that is not is
+	// skipped.
+	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: p.Name, Cached: true})
 	if err != nil {
 		return netip.Prefix{}, false, err
 	}

@@ -52,6 +52,13 @@ type ClaimSelector struct {
 	Node string
 	// Pool lists the claims of one pool.
 	Pool string
+	// Cached lets the backend answer from a cache that may lag behind
+	// the latest writes (the Kubernetes API server's watch cache, where a
+	// current list waits up to ~100 ms for the cache to catch up): a claim
+	// listed may be gone, one just created may be missing. A caller acts
+	// only on what it confirms (GetClaim, or a create-if-absent that
+	// fails). Backends that read current state ignore it.
+	Cached bool
 }
 
 // Node is a node object: every block one node holds and the records of the

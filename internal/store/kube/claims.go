@@ -100,7 +100,7 @@ func (s *Store) ListClaims(ctx context.Context, sel store.ClaimSelector) ([]stor
 		}
 		reqs = append(reqs, LabelPool+"="+labelValue(sel.Pool))
 	}
-	objs, err := s.list(ctx, kindBlock, s.selector(reqs...))
+	objs, err := s.listAt(ctx, kindBlock, s.selector(reqs...), sel.Cached)
 	if err != nil {
 		return nil, err
 	}

@@ -244,12 +244,22 @@ func (s *Store) selector(reqs ...string) string {
 // list returns every object of k matching the label selector, page by
 // page.
 func (s *Store) list(ctx context.Context, k kind, selector string) ([]object, error) {
+	return s.listAt(ctx, k, selector, false)
+}
+
+// listAt lists; cached lets the API server answer from its watch cache
+// as it is (resourceVersion "0": no wait for the cache to catch up, which
+// a current list of a resource written less often than others pays).
+func (s *Store) listAt(ctx context.Context, k kind, selector string, cached bool) ([]object, error) {
 	var out []object
 	cont := ""
 	for {
 		req := s.rc.Get().Resource(k.resource).Param("labelSelector", selector).Param("limit", strconv.Itoa(listPage))
-		if cont != "" {
+		switch {
+		case cont != "":
 			req = req.Param("continue", cont)
+		case cached:
+			req = req.Param("resourceVersion", "0")
 		}
 		raw, err := do(ctx, req)
 		if err != nil {

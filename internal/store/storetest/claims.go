@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
@@ -156,6 +157,42 @@ func testListClaimsExact(t *testing.T, s store.Store) {
 		check(store.ClaimSelector{Pool: f.pool.Name}, func(c store.Claim) bool { return c.Pool == f.pool.Name })
 	}
 	check(store.ClaimSelector{}, func(store.Claim) bool { return true })
+}
+
+// testListClaimsCached: a cached list never shows a claim that was never
+// created nor one of another node, and catches up with the current list.
+func testListClaimsCached(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	f := families[0]
+	var ever []store.Claim
+	for i, node := range []string{"node-a", "node-b"} {
+		for j := range 3 {
+			c, err := s.CreateClaim(ctx, claimOf(f.pool.Name, f.pool.BlockAt(uint64(10*i+j)), node))
+			noErr(t, err, "CreateClaim")
+			ever = append(ever, c)
+		}
+	}
+	noErr(t, s.DeleteClaim(ctx, ever[0]), "DeleteClaim")
+	sel := store.ClaimSelector{Node: "node-a", Cached: true}
+	current, err := s.ListClaims(ctx, store.ClaimSelector{Node: "node-a"})
+	noErr(t, err, "ListClaims")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.ListClaims(ctx, sel)
+		noErr(t, err, "ListClaims cached")
+		for _, c := range got {
+			if c.Node != "node-a" || !slices.ContainsFunc(ever, func(e store.Claim) bool { return e.BlockRef == c.BlockRef && e.Node == c.Node }) {
+				t.Fatalf("cached ListClaims(node-a) shows %+v, never created for node-a", c)
+			}
+		}
+		if reflect.DeepEqual(got, current) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cached ListClaims(node-a) = %+v after 10 s, current %+v", got, current)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // testClaimSameCIDRTwoPools: overlapping pools (two networks on one

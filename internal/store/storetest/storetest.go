@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClaimLifecycle", testClaimLifecycle},
 		{"ClaimCreateRace", testClaimCreateRace},
 		{"ListClaimsExact", testListClaimsExact},
+		{"ListClaimsCached", testListClaimsCached},
 		{"ClaimSameCIDRTwoPools", testClaimSameCIDRTwoPools},
 		{"ClaimInvalid", testClaimInvalid},
 		{"NodeRoundTrip", testNodeRoundTrip},
