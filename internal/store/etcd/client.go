@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,7 +26,9 @@ import (
 type endpoint struct {
 	base string // scheme://host[:port], what requests are sent to
 	name string // host:port or socket path, for messages
-	hc   *http.Client
+	// hc speaks HTTP/2 to etcd's gRPC service (unary calls), gw
+	// HTTP/1.1 to its JSON gateway (watches).
+	hc, gw *http.Client
 }
 
 // client sends gateway requests to the endpoints, failing over to the next
@@ -79,22 +81,15 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 		return nil, errors.New("credentials in the URL are not supported")
 	}
 	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		MaxIdleConns:        0,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: dialTimeout,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-	}
-	ep := &endpoint{hc: &http.Client{Transport: tr}}
+	ep := &endpoint{}
 	var useTLS bool
+	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	switch u.Scheme {
 	case "http", "https":
 		useTLS = u.Scheme == "https"
 		ep.base = u.Scheme + "://" + u.Host
 		ep.name = u.Host
-		tr.DialContext = dialer.DialContext
+		dial = dialer.DialContext
 	case "unix", "unixs":
 		useTLS = u.Scheme == "unixs"
 		sock := u.Host + u.Path
@@ -103,18 +98,42 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 		if useTLS {
 			ep.base = "https://localhost"
 		}
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dialer.DialContext(ctx, "unix", sock)
 		}
 	default:
 		return nil, fmt.Errorf("scheme %q is not supported", u.Scheme)
 	}
-	if useTLS {
-		if tlsc == nil {
-			tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
-		tr.TLSClientConfig = tlsc.Clone()
+	if useTLS && tlsc == nil {
+		tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	transport := func(protocols *http.Protocols) *http.Transport {
+		tr := &http.Transport{
+			MaxIdleConns:        0,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: dialTimeout,
+			DisableCompression:  true,
+			DialContext:         dial,
+			Protocols:           protocols,
+		}
+		if useTLS {
+			tr.TLSClientConfig = tlsc.Clone()
+		}
+		return tr
+	}
+	// gRPC: HTTP/2 only, negotiated by TLS or, in the clear, with prior
+	// knowledge (as gRPC clients do; etcd tells the two apart by it).
+	h2 := new(http.Protocols)
+	if useTLS {
+		h2.SetHTTP2(true)
+	} else {
+		h2.SetUnencryptedHTTP2(true)
+	}
+	ep.hc = &http.Client{Transport: transport(h2)}
+	h1 := new(http.Protocols)
+	h1.SetHTTP1(true)
+	ep.gw = &http.Client{Transport: transport(h1)}
 	return ep, nil
 }
 
@@ -122,10 +141,11 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 func (c *client) close() {
 	for _, ep := range c.eps {
 		ep.hc.CloseIdleConnections()
+		ep.gw.CloseIdleConnections()
 	}
 }
 
-// call sends one gateway request, failing over between endpoints and
+// call sends one gRPC request (grpcwire.go), failing over between endpoints and
 // retrying retryable failures until the request timeout (or ctx) ends.
 // When a request may have reached etcd and no answer came back, the
 // returned error is a *sendError with sent set, so a writer can find out
@@ -140,7 +160,7 @@ func (c *client) call(ctx context.Context, path string, in, out any) error {
 // for a write, the answer then describes a second application of the same
 // request, and a failed compare in it may be the first one's doing.
 func (c *client) callResent(ctx context.Context, path string, in, out any) (bool, error) {
-	body, err := json.Marshal(in)
+	body, err := encodeRequest(in)
 	if err != nil {
 		return false, fmt.Errorf("etcd: encode request: %w", err)
 	}
@@ -159,10 +179,14 @@ func (c *client) callResent(ctx context.Context, path string, in, out any) (bool
 		if serr == nil {
 			return sent, nil
 		}
+		// A TLS refusal (a certificate either side rejects) refuses every
+		// connection of this client: an earlier attempt that seemed sent
+		// (a write that broke as the server's alert arrived) never
+		// reached etcd's KV service either.
 		sent = sent || serr.sent
 		last = serr
 		if !serr.retryable {
-			if sent {
+			if sent && !errors.Is(serr.err, ErrTLS) {
 				// An earlier attempt may have applied: keep that known.
 				return sent, &sendError{err: serr.err, sent: true}
 			}
@@ -194,7 +218,8 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 	if err != nil {
 		return &sendError{err: fmt.Errorf("etcd: build request: %w", err)}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
 	resp, err := ep.hc.Do(req)
 	if err != nil {
 		return classifyTransport(ep, err)
@@ -206,9 +231,25 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 			retryable: true, sent: true}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return classifyStatus(ep, resp.StatusCode, data)
+		return classifyStatus(ep, resp.StatusCode, errorBody{Message: strings.TrimSpace(string(data[:min(len(data), 200)]))})
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	// The status is in the trailers, or in the headers of an answer
+	// without a message.
+	code := resp.Trailer.Get("Grpc-Status")
+	msg := resp.Trailer.Get("Grpc-Message")
+	if code == "" {
+		code, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	}
+	if m, err := url.PathUnescape(msg); err == nil {
+		msg = m
+	}
+	switch n, err := strconv.Atoi(code); {
+	case err != nil:
+		return &sendError{err: fmt.Errorf("%w: etcd %s: an answer without a gRPC status", kv.ErrUnavailable, ep.name), retryable: true, sent: true}
+	case n != 0:
+		return classifyStatus(ep, resp.StatusCode, errorBody{Code: n, Message: msg})
+	}
+	if err := decodeResponse(data, out); err != nil {
 		return &sendError{err: fmt.Errorf("etcd %s: undecodable response: %v", ep.name, err)}
 	}
 	return nil
@@ -265,7 +306,7 @@ func scrub(err error) error {
 	return err
 }
 
-// gRPC status codes the gateway reports.
+// gRPC status codes.
 const (
 	codeInvalidArgument   = 3
 	codeDeadlineExceeded  = 4
@@ -274,12 +315,11 @@ const (
 	codeUnavailable       = 14
 )
 
-// classifyStatus turns a non-200 gateway answer into an error: the
-// cluster's transient states (no leader, timeouts, overload) are
-// retryable and wrap kv.ErrUnavailable.
-func classifyStatus(ep *endpoint, status int, data []byte) *sendError {
-	var eb errorBody
-	_ = json.Unmarshal(data, &eb)
+// classifyStatus turns a failed answer (a gRPC status other than OK, or
+// an HTTP status other than 200) into an error: the cluster's transient
+// states (no leader, timeouts, overload) are retryable and wrap
+// kv.ErrUnavailable.
+func classifyStatus(ep *endpoint, status int, eb errorBody) *sendError {
 	msg := eb.Message
 	if msg == "" {
 		msg = eb.Error
@@ -296,6 +336,8 @@ func classifyStatus(ep *endpoint, status int, data []byte) *sendError {
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", kv.ErrUnavailable, ep.name, msg), retryable: true, sent: true}
 	case eb.Code == codeOutOfRange:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", errCompacted, ep.name, msg)}
+	case eb.Code != 0:
+		return &sendError{err: fmt.Errorf("etcd %s: gRPC status %d: %s", ep.name, eb.Code, msg)}
 	default:
 		return &sendError{err: fmt.Errorf("etcd %s: HTTP %d: %s", ep.name, status, msg)}
 	}

@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,13 +20,14 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
-// dropProxy is an HTTP proxy on loopback in front of the test's etcd. For
+// dropProxy is a gRPC (HTTP/2) proxy on loopback in front of the test's etcd. For
 // a write transaction its rule picks, it forwards the request, waits for
 // etcd's answer (the transaction is decided then), and closes the client's
 // connection instead of passing the answer on: the client's request may
 // have applied, and it cannot tell.
 type dropProxy struct {
 	target string
+	client *http.Client
 	mu     sync.Mutex
 	// armed makes the proxy lose the answer to the next write
 	// transaction, running before (if set) ahead of forwarding it and
@@ -59,7 +59,7 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var before, after func()
 	drop := false
-	if r.URL.Path == "/v3/kv/txn" && isWrite(body) {
+	if r.URL.Path == "/etcdserverpb.KV/Txn" && etcd.IsWriteTxn(body) {
 		p.mu.Lock()
 		before, after, drop = p.before, p.after, p.armed
 		p.armed, p.before, p.after = false, nil, nil
@@ -74,7 +74,7 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Header = r.Header.Clone()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -92,41 +92,33 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if after != nil {
 			after()
 		}
-		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-			conn.Close()
-		}
-		return
+		// Reset the stream: the client has sent its request and gets
+		// no answer.
+		panic(http.ErrAbortHandler)
 	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(data)
-}
-
-// isWrite reports whether a gateway transaction puts or deletes.
-func isWrite(body []byte) bool {
-	var req struct {
-		Success []map[string]json.RawMessage `json:"success"`
+	for k, v := range resp.Trailer {
+		w.Header()[http.TrailerPrefix+k] = v
 	}
-	if json.Unmarshal(body, &req) != nil {
-		return false
-	}
-	for _, op := range req.Success {
-		if op["request_put"] != nil || op["request_delete_range"] != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // proxied returns a store that reaches the shared etcd through a dropProxy
 // under prefix, and a store for the same prefix that reaches etcd directly.
 func proxied(t *testing.T, prefix string) (*dropProxy, *etcd.Store, *etcd.Store) {
 	t.Helper()
-	p := &dropProxy{target: server.Endpoint}
-	srv := httptest.NewServer(p)
+	// gRPC in the clear: HTTP/2 with prior knowledge on both sides.
+	h2c := new(http.Protocols)
+	h2c.SetUnencryptedHTTP2(true)
+	p := &dropProxy{target: server.Endpoint, client: &http.Client{Transport: &http.Transport{Protocols: h2c}}}
+	srv := httptest.NewUnstartedServer(p)
+	srv.Config.Protocols = h2c
+	srv.Start()
 	t.Cleanup(srv.Close)
+	t.Cleanup(p.client.CloseIdleConnections)
 	via, err := etcd.Open(t.Context(), etcd.Config{Endpoints: []string{srv.URL}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)

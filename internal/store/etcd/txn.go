@@ -48,7 +48,7 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 		}
 	}
 	var resp txnResponse
-	resent, err := s.c.callResent(ctx, "/v3/kv/txn", req, &resp)
+	resent, err := s.c.callResent(ctx, methodTxn, req, &resp)
 	var se *sendError
 	if errors.As(err, &se) && se.sent && len(ops) > 0 {
 		return 0, s.resolve(ctx, req, ops, se.err)
@@ -82,7 +82,7 @@ func (s *Store) resolve(ctx context.Context, req txnRequest, ops []kv.Op, cause 
 	defer cancel()
 	for rctx.Err() == nil {
 		var resp txnResponse
-		err := s.c.call(rctx, "/v3/kv/txn", req, &resp)
+		err := s.c.call(rctx, methodTxn, req, &resp)
 		if err != nil {
 			var se *sendError
 			if errors.As(err, &se) && se.retryable {

@@ -38,7 +38,7 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	// carries the header revision and nothing else.
 	req := rangeRequest{Key: b64(s.prefix), Serializable: s.serial}
 	var resp rangeResponse
-	if err := s.c.call(ctx, "/v3/kv/range", req, &resp); err != nil {
+	if err := s.c.call(ctx, methodRange, req, &resp); err != nil {
 		return 0, readErr(err)
 	}
 	rev, err := atoi(resp.Header.Revision)
@@ -106,7 +106,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 		return fmt.Errorf("etcd: build watch request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := ep.hc.Do(req)
+	resp, err := ep.gw.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
