@@ -149,19 +149,29 @@ func (s *Store) Close() error {
 func (s *Store) full(key string) string { return s.prefix + key }
 
 // decodeKV turns a gateway key-value into a kv.KeyValue under key.
+// decodeKV is a watch event's key-value (the gateway's JSON) as an entry.
 func decodeKV(key string, e keyValue) (kv.KeyValue, error) {
 	v, err := unb64(e.Value)
 	if err != nil {
 		return kv.KeyValue{}, fmt.Errorf("etcd: undecodable value: %w", err)
 	}
 	rev, err := atoi(e.ModRevision)
-	if err != nil || rev <= 0 {
+	if err != nil {
 		return kv.KeyValue{}, errors.New("etcd: undecodable mod_revision")
 	}
+	return entry(key, rawKV{Value: v, ModRevision: rev})
+}
+
+// entry is a read key-value as an entry under key.
+func entry(key string, e rawKV) (kv.KeyValue, error) {
+	if e.ModRevision <= 0 {
+		return kv.KeyValue{}, errors.New("etcd: undecodable mod_revision")
+	}
+	v := e.Value
 	if v == nil {
 		v = []byte{}
 	}
-	return kv.KeyValue{Key: key, Value: v, Version: rev}, nil
+	return kv.KeyValue{Key: key, Value: v, Version: e.ModRevision}, nil
 }
 
 // Get returns one entry per key, read at one revision.
@@ -187,12 +197,12 @@ func (s *Store) get(ctx context.Context, serial bool, keys []string) ([]kv.KeyVa
 }
 
 func (s *Store) getAt(ctx context.Context, serial bool, keys []string, out []kv.KeyValue) error {
-	var rev string
+	var rev int64
 	for start := 0; start < len(keys); start += maxOpsPerTxn {
 		chunk := keys[start:min(start+maxOpsPerTxn, len(keys))]
 		req := txnRequest{Success: make([]requestOp, len(chunk))}
 		for i, k := range chunk {
-			req.Success[i] = requestOp{RequestRange: &rangeRequest{Key: b64(s.full(k)), Revision: rev, Serializable: serial}}
+			req.Success[i] = requestOp{RequestRange: &rangeRequest{Key: s.full(k), Revision: rev, Serializable: serial}}
 		}
 		var resp txnResponse
 		if err := s.c.call(ctx, methodTxn, req, &resp); err != nil {
@@ -201,8 +211,8 @@ func (s *Store) getAt(ctx context.Context, serial bool, keys []string, out []kv.
 		if len(resp.Responses) != len(chunk) {
 			return fmt.Errorf("etcd: %d answers to %d reads", len(resp.Responses), len(chunk))
 		}
-		if rev == "" {
-			rev = resp.Header.Revision
+		if rev == 0 {
+			rev = resp.Revision
 		}
 		for i, k := range chunk {
 			out[start+i] = kv.KeyValue{Key: k}
@@ -210,7 +220,7 @@ func (s *Store) getAt(ctx context.Context, serial bool, keys []string, out []kv.
 			if rr == nil || len(rr.KVs) == 0 {
 				continue
 			}
-			e, err := decodeKV(k, rr.KVs[0])
+			e, err := entry(k, rr.KVs[0])
 			if err != nil {
 				return err
 			}
@@ -243,25 +253,24 @@ func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 
 func (s *Store) list(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
 	full := s.full(prefix)
-	end := b64(prefixEnd(full))
+	end := prefixEnd(full)
 	key := full
-	var rev string
+	var rev int64
 	var out []kv.KeyValue
 	for {
-		req := rangeRequest{Key: b64(key), RangeEnd: end, Limit: itoa(pageSize), Revision: rev, Serializable: s.serial}
+		req := rangeRequest{Key: key, RangeEnd: end, Limit: pageSize, Revision: rev, Serializable: s.serial}
 		var resp rangeResponse
 		if err := s.c.call(ctx, methodRange, req, &resp); err != nil {
 			return nil, readErr(err)
 		}
-		if rev == "" {
-			rev = resp.Header.Revision
+		if rev == 0 {
+			rev = resp.Revision
 		}
 		for _, e := range resp.KVs {
-			k, err := unb64(e.Key)
-			if err != nil || !strings.HasPrefix(string(k), full) {
+			if !strings.HasPrefix(string(e.Key), full) {
 				return nil, errors.New("etcd: range returned a key outside the prefix")
 			}
-			kvp, err := decodeKV(string(k)[len(s.prefix):], e)
+			kvp, err := entry(string(e.Key)[len(s.prefix):], e)
 			if err != nil {
 				return nil, err
 			}
@@ -270,8 +279,7 @@ func (s *Store) list(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 		if !resp.More || len(resp.KVs) == 0 {
 			break
 		}
-		last, _ := unb64(resp.KVs[len(resp.KVs)-1].Key)
-		key = string(last) + "\x00"
+		key = string(resp.KVs[len(resp.KVs)-1].Key) + "\x00"
 	}
 	// etcd sorts bytewise already; keep the contract explicit.
 	if !sort.SliceIsSorted(out, func(i, j int) bool { return out[i].Key < out[j].Key }) {

@@ -15,8 +15,7 @@ import (
 // by hand from etcd's rpc.proto field numbers (api/etcdserverpb), for the
 // few fields this client sends and reads, so that the plugin links no
 // gRPC or protobuf runtime (their package initialisation alone costs more
-// than a local ADD). Requests and answers keep the gateway's shapes
-// (wire.go), converted here.
+// than a local ADD).
 
 // The gRPC methods called.
 const (
@@ -53,50 +52,32 @@ func appendInt(b []byte, field int, v int64) []byte {
 	return appendVarint(b, uint64(v))
 }
 
-// fromB64 decodes a gateway-shaped base64 field.
-func fromB64(s string) ([]byte, error) {
-	b, err := unb64(s)
-	if err != nil {
-		return nil, fmt.Errorf("etcd: request field not base64: %w", err)
-	}
-	return b, nil
+func appendString(b []byte, field int, s string) []byte {
+	b = appendTag(b, field, wireBytes)
+	b = appendVarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
-func encodeRange(r *rangeRequest) ([]byte, error) {
-	var b []byte
-	key, err := fromB64(r.Key)
-	if err != nil {
-		return nil, err
-	}
-	b = appendBytes(b, 1, key)
+func encodeRange(r *rangeRequest) []byte {
+	b := appendString(nil, 1, r.Key)
 	if r.RangeEnd != "" {
-		end, err := fromB64(r.RangeEnd)
-		if err != nil {
-			return nil, err
-		}
-		b = appendBytes(b, 2, end)
+		b = appendString(b, 2, r.RangeEnd)
 	}
-	for _, f := range []struct {
-		field int
-		v     string
-	}{{3, r.Limit}, {4, r.Revision}} {
-		n, err := atoi(f.v)
-		if err != nil {
-			return nil, fmt.Errorf("etcd: request field %d: %w", f.field, err)
-		}
-		if n != 0 {
-			b = appendInt(b, f.field, n)
-		}
+	if r.Limit != 0 {
+		b = appendInt(b, 3, r.Limit)
+	}
+	if r.Revision != 0 {
+		b = appendInt(b, 4, r.Revision)
 	}
 	if r.Serializable {
 		b = appendInt(b, 7, 1)
 	}
-	return b, nil
+	return b
 }
 
 var (
 	compareResults = map[string]int64{"EQUAL": 0, "GREATER": 1, "LESS": 2, "NOT_EQUAL": 3}
-	compareTargets = map[string]int64{"VERSION": 0, "CREATE": 1, "MOD": 2, "VALUE": 3}
+	compareTargets = map[string]int64{"MOD": 2, "VALUE": 3}
 )
 
 func encodeCompare(c *compare) ([]byte, error) {
@@ -105,66 +86,51 @@ func encodeCompare(c *compare) ([]byte, error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("etcd: compare %s %s not supported", c.Result, c.Target)
 	}
-	key, err := fromB64(c.Key)
-	if err != nil {
-		return nil, err
-	}
-	var b []byte
-	b = appendInt(b, 1, res)
+	b := appendInt(nil, 1, res)
 	b = appendInt(b, 2, tgt)
-	b = appendBytes(b, 3, key)
-	switch c.Target {
-	case "VALUE":
-		v, err := fromB64(c.Value)
-		if err != nil {
-			return nil, err
-		}
-		b = appendBytes(b, 7, v)
-	case "MOD":
-		n, err := atoi(c.ModRevision)
-		if err != nil {
-			return nil, err
-		}
-		b = appendInt(b, 6, n) // oneof: sent even when 0
-	default:
-		return nil, fmt.Errorf("etcd: compare target %s not supported", c.Target)
+	b = appendString(b, 3, c.Key)
+	// The target's value is a oneof: sent even when zero or empty.
+	if c.Target == "VALUE" {
+		return appendBytes(b, 7, c.Value), nil
 	}
-	return b, nil
+	return appendInt(b, 6, c.ModRevision), nil
 }
 
-func encodeOp(op *requestOp) ([]byte, error) {
-	var b []byte
+// appendOp appends op as field of a TxnRequest.
+func appendOp(b []byte, field int, op *requestOp) ([]byte, error) {
+	var m []byte
+	var kind int
 	switch {
 	case op.RequestRange != nil:
-		m, err := encodeRange(op.RequestRange)
-		if err != nil {
-			return nil, err
-		}
-		return appendBytes(b, 1, m), nil
+		kind, m = 1, encodeRange(op.RequestRange)
 	case op.RequestPut != nil:
-		key, err := fromB64(op.RequestPut.Key)
-		if err != nil {
-			return nil, err
-		}
-		val, err := fromB64(op.RequestPut.Value)
-		if err != nil {
-			return nil, err
-		}
-		m := appendBytes(make([]byte, 0, len(key)+len(val)+16), 1, key)
-		m = appendBytes(m, 2, val)
-		return appendBytes(make([]byte, 0, len(m)+8), 2, m), nil
+		p := op.RequestPut
+		m = appendString(make([]byte, 0, len(p.Key)+len(p.Value)+16), 1, p.Key)
+		kind, m = 2, appendBytes(m, 2, p.Value)
 	case op.RequestDeleteRange != nil:
-		key, err := fromB64(op.RequestDeleteRange.Key)
-		if err != nil {
-			return nil, err
-		}
-		return appendBytes(b, 3, appendBytes(nil, 1, key)), nil
+		kind, m = 3, appendString(nil, 1, op.RequestDeleteRange.Key)
+	default:
+		return nil, errors.New("etcd: empty request op")
 	}
-	return nil, errors.New("etcd: empty request op")
+	// RequestOp{kind: m} as a length-delimited field of its own.
+	inner := appendTag(nil, kind, wireBytes)
+	inner = appendVarint(inner, uint64(len(m)))
+	b = appendTag(b, field, wireBytes)
+	b = appendVarint(b, uint64(len(inner)+len(m)))
+	b = append(b, inner...)
+	return append(b, m...), nil
 }
 
 func encodeTxn(t *txnRequest) ([]byte, error) {
-	var b []byte
+	size := 0
+	for _, list := range [][]requestOp{t.Success, t.Failure} {
+		for _, op := range list {
+			if op.RequestPut != nil {
+				size += len(op.RequestPut.Key) + len(op.RequestPut.Value) + 32
+			}
+		}
+	}
+	b := make([]byte, 0, size+64*(len(t.Compare)+len(t.Success)+len(t.Failure)))
 	for i := range t.Compare {
 		m, err := encodeCompare(&t.Compare[i])
 		if err != nil {
@@ -172,16 +138,15 @@ func encodeTxn(t *txnRequest) ([]byte, error) {
 		}
 		b = appendBytes(b, 1, m)
 	}
+	var err error
 	for _, list := range []struct {
 		field int
 		ops   []requestOp
 	}{{2, t.Success}, {3, t.Failure}} {
 		for i := range list.ops {
-			m, err := encodeOp(&list.ops[i])
-			if err != nil {
+			if b, err = appendOp(b, list.field, &list.ops[i]); err != nil {
 				return nil, err
 			}
-			b = appendBytes(b, list.field, m)
 		}
 	}
 	return b, nil
@@ -194,9 +159,9 @@ func encodeRequest(in any) ([]byte, error) {
 	var err error
 	switch r := in.(type) {
 	case rangeRequest:
-		msg, err = encodeRange(&r)
+		msg = encodeRange(&r)
 	case *rangeRequest:
-		msg, err = encodeRange(r)
+		msg = encodeRange(r)
 	case txnRequest:
 		msg, err = encodeTxn(&r)
 	case *txnRequest:
@@ -275,25 +240,27 @@ func eachField(b []byte, fn func(f field) error) error {
 	return nil
 }
 
-func decodeHeader(b []byte, h *header) error {
-	return eachField(b, func(f field) error {
+// decodeHeader returns the revision of a ResponseHeader.
+func decodeHeader(b []byte) (int64, error) {
+	var rev int64
+	err := eachField(b, func(f field) error {
 		if f.num == 3 && f.wire == wireVarint {
-			h.Revision = itoa(int64(f.n))
+			rev = int64(f.n)
 		}
 		return nil
 	})
+	return rev, err
 }
 
-func decodeKeyValue(b []byte, kv *keyValue) error {
-	kv.ModRevision = "0"
+func decodeKeyValue(b []byte, kv *rawKV) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.wire == wireBytes:
-			kv.Key = b64bytes(f.data)
+			kv.Key = f.data
 		case f.num == 3 && f.wire == wireVarint:
-			kv.ModRevision = itoa(int64(f.n))
+			kv.ModRevision = int64(f.n)
 		case f.num == 5 && f.wire == wireBytes:
-			kv.Value = b64bytes(f.data)
+			kv.Value = f.data
 		}
 		return nil
 	})
@@ -303,9 +270,11 @@ func decodeRange(b []byte, r *rangeResponse) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.wire == wireBytes:
-			return decodeHeader(f.data, &r.Header)
+			rev, err := decodeHeader(f.data)
+			r.Revision = rev
+			return err
 		case f.num == 2 && f.wire == wireBytes:
-			var kv keyValue
+			var kv rawKV
 			if err := decodeKeyValue(f.data, &kv); err != nil {
 				return err
 			}
@@ -321,7 +290,9 @@ func decodeTxn(b []byte, t *txnResponse) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.wire == wireBytes:
-			return decodeHeader(f.data, &t.Header)
+			rev, err := decodeHeader(f.data)
+			t.Revision = rev
+			return err
 		case f.num == 2 && f.wire == wireVarint:
 			t.Succeeded = f.n != 0
 		case f.num == 3 && f.wire == wireBytes:

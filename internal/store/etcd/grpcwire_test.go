@@ -15,14 +15,14 @@ func TestGRPCRequestsAsEtcdReadsThem(t *testing.T) {
 	big := bytes.Repeat([]byte{0, 0xff, 'x'}, 50000)
 	req := txnRequest{
 		Compare: []compare{
-			{Result: "EQUAL", Target: "MOD", Key: b64("/p/nodes/a"), ModRevision: "0"},
-			{Result: "EQUAL", Target: "MOD", Key: b64("/p/meta/layout"), ModRevision: "1234567890123"},
-			{Result: "EQUAL", Target: "VALUE", Key: b64("/p/meta/layout"), Value: b64("2")},
+			{Result: "EQUAL", Target: "MOD", Key: "/p/nodes/a", ModRevision: 0},
+			{Result: "EQUAL", Target: "MOD", Key: "/p/meta/layout", ModRevision: 1234567890123},
+			{Result: "EQUAL", Target: "VALUE", Key: "/p/meta/layout", Value: []byte("2")},
 		},
 		Success: []requestOp{
-			{RequestPut: &putRequest{Key: b64("/p/nodes/a"), Value: b64bytes(big)}},
-			{RequestDeleteRange: &deleteRequest{Key: b64("/p/lends/b/a")}},
-			{RequestRange: &rangeRequest{Key: b64("/p/pools/blue"), Revision: "77", Serializable: true}},
+			{RequestPut: &putRequest{Key: "/p/nodes/a", Value: big}},
+			{RequestDeleteRange: &deleteRequest{Key: "/p/lends/b/a"}},
+			{RequestRange: &rangeRequest{Key: "/p/pools/blue", Revision: 77, Serializable: true}},
 		},
 	}
 	frame, err := encodeRequest(req)
@@ -47,7 +47,7 @@ func TestGRPCRequestsAsEtcdReadsThem(t *testing.T) {
 	if c1.GetModRevision() != 1234567890123 || c1.Target != pb.Compare_MOD {
 		t.Errorf("compare 1: %+v", c1)
 	}
-	if c2.Target != pb.Compare_VALUE || string(c2.GetValue()) != "2" {
+	if v, ok := c2.TargetUnion.(*pb.Compare_Value); c2.Target != pb.Compare_VALUE || !ok || string(v.Value) != "2" {
 		t.Errorf("compare 2: %+v", c2)
 	}
 	if p := got.Success[0].GetRequestPut(); p == nil || string(p.Key) != "/p/nodes/a" || !bytes.Equal(p.Value, big) {
@@ -60,7 +60,7 @@ func TestGRPCRequestsAsEtcdReadsThem(t *testing.T) {
 		t.Errorf("op 2: %+v", got.Success[2])
 	}
 
-	rr := rangeRequest{Key: b64("/p/nodes/"), RangeEnd: b64(prefixEnd("/p/nodes/")), Limit: "500"}
+	rr := rangeRequest{Key: "/p/nodes/", RangeEnd: prefixEnd("/p/nodes/"), Limit: 500}
 	frame, err = encodeRequest(&rr)
 	if err != nil {
 		t.Fatal(err)
@@ -102,16 +102,14 @@ func TestGRPCAnswersAsEtcdWritesThem(t *testing.T) {
 	if err := decodeResponse(frameOf(msg), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Header.Revision != "4242" || !got.Succeeded || len(got.Responses) != 3 {
+	if got.Revision != 4242 || !got.Succeeded || len(got.Responses) != 3 {
 		t.Fatalf("decoded %+v", got)
 	}
 	r := got.Responses[0].ResponseRange
 	if r == nil || len(r.KVs) != 2 || !r.More {
 		t.Fatalf("response 0: %+v", r)
 	}
-	v, _ := unb64(r.KVs[0].Value)
-	k, _ := unb64(r.KVs[0].Key)
-	if string(k) != "/p/nodes/a" || !bytes.Equal(v, big) || r.KVs[0].ModRevision != "4000" || r.KVs[1].Value != "" || r.KVs[1].ModRevision != "1" {
+	if string(r.KVs[0].Key) != "/p/nodes/a" || !bytes.Equal(r.KVs[0].Value, big) || r.KVs[0].ModRevision != 4000 || r.KVs[1].Value != nil || r.KVs[1].ModRevision != 1 {
 		t.Errorf("key-values: %+v", r.KVs)
 	}
 	if got.Responses[1].ResponseRange != nil || got.Responses[2].ResponseRange == nil || len(got.Responses[2].ResponseRange.KVs) != 0 {
@@ -120,7 +118,7 @@ func TestGRPCAnswersAsEtcdWritesThem(t *testing.T) {
 	// A failed transaction: succeeded is absent (false).
 	msg, _ = (&pb.TxnResponse{Header: &pb.ResponseHeader{Revision: 5}}).Marshal()
 	got = txnResponse{}
-	if err := decodeResponse(frameOf(msg), &got); err != nil || got.Succeeded || got.Header.Revision != "5" {
+	if err := decodeResponse(frameOf(msg), &got); err != nil || got.Succeeded || got.Revision != 5 {
 		t.Fatalf("failed txn: %+v, %v", got, err)
 	}
 	for _, bad := range [][]byte{nil, {1, 0, 0, 0, 0}, {0, 0, 0, 0, 9, 1}, frameOf([]byte{0x0a, 0x05, 0x18})} {

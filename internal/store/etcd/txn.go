@@ -34,17 +34,17 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 	}
 	req := txnRequest{}
 	for _, c := range conds {
-		req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "MOD", Key: b64(s.full(c.Key)), ModRevision: itoa(c.Version)})
+		req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "MOD", Key: s.full(c.Key), ModRevision: c.Version})
 		if c.Value != nil {
 			// etcd fails a value compare on a missing key.
-			req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "VALUE", Key: b64(s.full(c.Key)), Value: b64bytes(c.Value)})
+			req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "VALUE", Key: s.full(c.Key), Value: c.Value})
 		}
 	}
 	for _, op := range ops {
 		if op.Delete {
-			req.Success = append(req.Success, requestOp{RequestDeleteRange: &deleteRequest{Key: b64(s.full(op.Key))}})
+			req.Success = append(req.Success, requestOp{RequestDeleteRange: &deleteRequest{Key: s.full(op.Key)}})
 		} else {
-			req.Success = append(req.Success, requestOp{RequestPut: &putRequest{Key: b64(s.full(op.Key)), Value: b64bytes(op.Value)}})
+			req.Success = append(req.Success, requestOp{RequestPut: &putRequest{Key: s.full(op.Key), Value: op.Value}})
 		}
 	}
 	var resp txnResponse
@@ -64,11 +64,7 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 		}
 		return 0, kv.ErrConflict
 	}
-	rev, err := atoi(resp.Header.Revision)
-	if err != nil {
-		return 0, nil // applied; the revision is only a hint
-	}
-	return rev, nil
+	return resp.Revision, nil
 }
 
 // resolve finds out whether a transaction whose answer was lost applied.

@@ -36,16 +36,15 @@ type Event struct {
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	// A read of one key (the prefix itself, which the store never writes)
 	// carries the header revision and nothing else.
-	req := rangeRequest{Key: b64(s.prefix), Serializable: s.serial}
+	req := rangeRequest{Key: s.prefix, Serializable: s.serial}
 	var resp rangeResponse
 	if err := s.c.call(ctx, methodRange, req, &resp); err != nil {
 		return 0, readErr(err)
 	}
-	rev, err := atoi(resp.Header.Revision)
-	if err != nil {
-		return 0, errors.New("etcd: undecodable header revision")
+	if resp.Revision <= 0 {
+		return 0, errors.New("etcd: answer without a header revision")
 	}
-	return rev, nil
+	return resp.Revision, nil
 }
 
 // The JSON shapes of the gateway's streaming POST /v3/watch.

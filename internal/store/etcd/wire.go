@@ -5,46 +5,68 @@ import (
 	"strconv"
 )
 
-// The JSON shapes of etcd's v3 gRPC gateway (POST /v3/kv/range and
-// /v3/kv/txn). Bytes are base64, int64 are decimal strings, and fields at
-// their zero value (false, 0, empty) are omitted in responses.
+// The requests and answers of the unary calls (gRPC, grpcwire.go): keys
+// and values as they are, revisions as numbers.
 
 type rangeRequest struct {
-	Key          string `json:"key"`
-	RangeEnd     string `json:"range_end,omitempty"`
-	Limit        string `json:"limit,omitempty"`
-	Revision     string `json:"revision,omitempty"`
-	Serializable bool   `json:"serializable,omitempty"`
+	Key, RangeEnd   string
+	Limit, Revision int64
+	Serializable    bool
 }
 
 type putRequest struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
+	Key   string
+	Value []byte
 }
 
 type deleteRequest struct {
-	Key string `json:"key"`
+	Key string
 }
 
 type requestOp struct {
-	RequestRange       *rangeRequest  `json:"request_range,omitempty"`
-	RequestPut         *putRequest    `json:"request_put,omitempty"`
-	RequestDeleteRange *deleteRequest `json:"request_delete_range,omitempty"`
+	RequestRange       *rangeRequest
+	RequestPut         *putRequest
+	RequestDeleteRange *deleteRequest
 }
 
+// compare checks a key's mod_revision (Target "MOD") or value ("VALUE").
 type compare struct {
-	Result      string `json:"result"`
-	Target      string `json:"target"`
-	Key         string `json:"key"`
-	ModRevision string `json:"mod_revision,omitempty"`
-	Value       string `json:"value,omitempty"`
+	Result, Target string
+	Key            string
+	ModRevision    int64
+	Value          []byte
 }
 
 type txnRequest struct {
-	Compare []compare   `json:"compare,omitempty"`
-	Success []requestOp `json:"success,omitempty"`
-	Failure []requestOp `json:"failure,omitempty"`
+	Compare []compare
+	Success []requestOp
+	Failure []requestOp
 }
+
+type rawKV struct {
+	Key, Value  []byte
+	ModRevision int64
+}
+
+type rangeResponse struct {
+	Revision int64 // of the header
+	KVs      []rawKV
+	More     bool
+}
+
+type responseOp struct {
+	ResponseRange *rangeResponse
+}
+
+type txnResponse struct {
+	Revision  int64 // of the header
+	Succeeded bool
+	Responses []responseOp
+}
+
+// The JSON shapes of the gateway's watch stream (watch.go): bytes are
+// base64, int64 are decimal strings, and fields at their zero value are
+// omitted.
 
 type header struct {
 	Revision string `json:"revision"`
@@ -56,22 +78,6 @@ type keyValue struct {
 	ModRevision string `json:"mod_revision"`
 }
 
-type rangeResponse struct {
-	Header header     `json:"header"`
-	KVs    []keyValue `json:"kvs"`
-	More   bool       `json:"more"`
-}
-
-type responseOp struct {
-	ResponseRange *rangeResponse `json:"response_range"`
-}
-
-type txnResponse struct {
-	Header    header       `json:"header"`
-	Succeeded bool         `json:"succeeded"`
-	Responses []responseOp `json:"responses"`
-}
-
 // errorBody is what the gateway sends with a non-2xx status.
 type errorBody struct {
 	Code    int    `json:"code"`
@@ -80,8 +86,6 @@ type errorBody struct {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
-func b64bytes(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 func unb64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }
 
