@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
@@ -140,8 +142,10 @@ func TestLocalAddIsDurableBeforePrinted(t *testing.T) {
 }
 
 // The etcd store: the result is printed only after the answer to the ADD's
-// commit (the transaction that puts the handle) was read from etcd's
-// connection.
+// commit (the transaction that puts the node's object) was read from
+// etcd's connection. The plugin speaks gRPC over HTTP/2: the frames the
+// plugin wrote and read are decoded from strace's log, the request and
+// the answer with etcd's own generated messages.
 func TestEtcdAddIsAcknowledgedBeforePrinted(t *testing.T) {
 	strace := needStrace(t)
 	srv := etcdtest.ForTest(t, nil)
@@ -152,26 +156,49 @@ func TestEtcdAddIsAcknowledgedBeforePrinted(t *testing.T) {
 		t.Run(container, func(t *testing.T) {
 			calls, _ := tracedAdd(t, strace, container, conf, "IPKEEPER_LOCK_DIR="+lockDir)
 			out := resultWrite(t, calls)
-			// The commit: the last request before the result that posts a
+			// The commit: the last write before the result that sends a
 			// transaction putting keys.
-			commit := -1
+			commit, stream := -1, uint32(0)
 			for i, c := range calls {
-				if c.IsWrite() && strings.HasPrefix(c.Path, "TCP") && c.Start < out.Start &&
-					strings.Contains(c.Args, "POST /v3/kv/txn") && strings.Contains(c.Args, "request_put") {
-					commit = i
+				if !c.IsWrite() || !strings.HasPrefix(c.Path, "TCP") || c.Start >= out.Start {
+					continue
+				}
+				frames, _ := h2Frames(c.Data())
+				for _, f := range frames {
+					msg, ok := f.grpcMessage()
+					var txn pb.TxnRequest
+					if !ok || txn.Unmarshal(msg) != nil || len(txn.Success) == 0 {
+						continue
+					}
+					if put := txn.Success[0].GetRequestPut(); put != nil && strings.HasPrefix(string(put.Key), "/durability/") {
+						commit, stream = i, f.Stream
+					}
 				}
 			}
 			if commit < 0 {
 				t.Fatal("strace shows no transaction with puts sent to etcd before the result: the test saw nothing to check")
 			}
 			req := calls[commit]
+			// Its answer: the DATA frame of the commit's stream among the
+			// bytes read from the same connection afterwards.
+			var pending []byte
 			for _, c := range calls[commit+1:] {
-				if c.IsRead() && c.FD == req.FD && c.Path == req.Path && c.OK() && strings.Contains(c.Args, "HTTP/1.1 200") {
+				if !c.IsRead() || c.FD != req.FD || c.Path != req.Path || !c.OK() {
+					continue
+				}
+				var frames []h2Frame
+				frames, pending = h2Frames(append(pending, c.Data()...))
+				for _, f := range frames {
+					msg, ok := f.grpcMessage()
+					if !ok || f.Stream != stream {
+						continue
+					}
 					if c.End < 0 || c.End > out.Start {
 						t.Fatalf("the result was printed (strace line %d) before etcd's answer to the commit was read (line %d)", out.Start+1, c.End+1)
 					}
-					if !strings.Contains(c.Args, `\"succeeded\":true`) {
-						t.Fatalf("etcd's answer to the commit does not say it succeeded: %.300s", c.Args)
+					var resp pb.TxnResponse
+					if err := resp.Unmarshal(msg); err != nil || !resp.Succeeded {
+						t.Fatalf("etcd's answer to the commit does not say it succeeded: %+v, %v", resp, err)
 					}
 					return
 				}

@@ -62,3 +62,22 @@ func FuzzParseStrace(f *testing.F) {
 		}
 	})
 }
+
+// Data unescapes strace's quoting, octal and hex; h2Frames splits frames
+// after the client preface and keeps an incomplete tail.
+func TestDataAndFrames(t *testing.T) {
+	c := Call{Args: `3<TCP:[1]>, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\7\0\1\0\0\0\1\0\0\0\0\2\10\x01\"\\\0\0", 40) = 40`}
+	got := c.Data()
+	want := "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x07\x00\x01\x00\x00\x00\x01" + "\x00\x00\x00\x00\x02\x08\x01" + "\"\\\x00\x00"
+	if string(got) != want {
+		t.Fatalf("Data() = %q, want %q", got, want)
+	}
+	frames, rest := h2Frames(got)
+	if len(frames) != 1 || frames[0].Type != 0 || frames[0].Stream != 1 || string(rest) != "\"\\\x00\x00" {
+		t.Fatalf("frames %+v, rest %q", frames, rest)
+	}
+	msg, ok := frames[0].grpcMessage()
+	if !ok || string(msg) != "\x08\x01" {
+		t.Fatalf("gRPC message %q, %v", msg, ok)
+	}
+}
