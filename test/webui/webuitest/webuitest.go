@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -27,8 +28,14 @@ func Chromium() (string, error) {
 // profileDir and a 1400x1000 window, and returns a chromedp context for one
 // tab. cancel closes the browser.
 func Browser(ctx context.Context, execPath, profileDir string) (context.Context, context.CancelFunc) {
+	// Chromium's temporary files (with disable-dev-shm-usage, its shared
+	// memory too) go inside the profile directory, which the caller
+	// removes, not into the host's /tmp.
+	tmp := filepath.Join(profileDir, "tmp")
+	_ = os.MkdirAll(tmp, 0o700)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(execPath),
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
