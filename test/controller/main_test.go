@@ -49,6 +49,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(bin)
+	// The plugin processes' node locks and hint files go to the run's
+	// directory, not the host's /run/ipkeeper.
+	locks := filepath.Join(bin, "locks")
+	if err := os.Mkdir(locks, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Setenv("IPKEEPER_LOCK_DIR", locks)
 	// ipkeeper-kube serves the plugin's configs on the kubernetes
 	// datastore, from the same directory.
 	buildErr = cnirun.Build(ctx, root, bin, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeperctl", "./cmd/ipkeeper-controller")
