@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -29,10 +28,12 @@ func Chromium() (string, error) {
 // tab. cancel closes the browser.
 func Browser(ctx context.Context, execPath, profileDir string) (context.Context, context.CancelFunc) {
 	// Chromium's temporary files (with disable-dev-shm-usage, its shared
-	// memory too) go inside the profile directory, which the caller
-	// removes, not into the host's /tmp.
-	tmp := filepath.Join(profileDir, "tmp")
-	_ = os.MkdirAll(tmp, 0o700)
+	// memory too; its singleton socket, whose path must stay short) go to
+	// a directory of their own that cancel removes, not into /tmp itself.
+	tmp, err := os.MkdirTemp("", "chromium-")
+	if err != nil {
+		tmp = profileDir
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(execPath),
 		chromedp.Env("TMPDIR=" + tmp),
@@ -56,7 +57,13 @@ func Browser(ctx context.Context, execPath, profileDir string) (context.Context,
 	}
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, bcancel := chromedp.NewContext(actx)
-	return bctx, func() { bcancel(); acancel() }
+	return bctx, func() {
+		bcancel()
+		acancel()
+		if tmp != profileDir {
+			_ = os.RemoveAll(tmp)
+		}
+	}
 }
 
 // UI is a running `ipkeeperctl ui`.
