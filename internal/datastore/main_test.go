@@ -15,10 +15,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
 	os.Setenv(LockDirEnv, dir)
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -231,7 +231,7 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 			retryable: true, sent: true}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return classifyStatus(ep, resp.StatusCode, errorBody{Message: strings.TrimSpace(string(data[:min(len(data), 200)]))})
+		return classifyStatus(ep, resp.StatusCode, 0, strings.TrimSpace(string(data[:min(len(data), 200)])))
 	}
 	// The status is in the trailers, or in the headers of an answer
 	// without a message.
@@ -247,7 +247,7 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 	case err != nil:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: an answer without a gRPC status", kv.ErrUnavailable, ep.name), retryable: true, sent: true}
 	case n != 0:
-		return classifyStatus(ep, resp.StatusCode, errorBody{Code: n, Message: msg})
+		return classifyStatus(ep, resp.StatusCode, n, msg)
 	}
 	if err := decodeResponse(data, out); err != nil {
 		return &sendError{err: fmt.Errorf("etcd %s: undecodable response: %v", ep.name, err)}
@@ -319,11 +319,7 @@ const (
 // an HTTP status other than 200) into an error: the cluster's transient
 // states (no leader, timeouts, overload) are retryable and wrap
 // kv.ErrUnavailable.
-func classifyStatus(ep *endpoint, status int, eb errorBody) *sendError {
-	msg := eb.Message
-	if msg == "" {
-		msg = eb.Error
-	}
+func classifyStatus(ep *endpoint, status, code int, msg string) *sendError {
 	if msg == "" {
 		msg = http.StatusText(status)
 	}
@@ -331,13 +327,13 @@ func classifyStatus(ep *endpoint, status int, eb errorBody) *sendError {
 		msg = msg[:200]
 	}
 	switch {
-	case eb.Code == codeUnavailable, eb.Code == codeDeadlineExceeded, eb.Code == codeResourceExhausted,
+	case code == codeUnavailable, code == codeDeadlineExceeded, code == codeResourceExhausted,
 		status >= 500, status == http.StatusTooManyRequests:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", kv.ErrUnavailable, ep.name, msg), retryable: true, sent: true}
-	case eb.Code == codeOutOfRange:
+	case code == codeOutOfRange:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", errCompacted, ep.name, msg)}
-	case eb.Code != 0:
-		return &sendError{err: fmt.Errorf("etcd %s: gRPC status %d: %s", ep.name, eb.Code, msg)}
+	case code != 0:
+		return &sendError{err: fmt.Errorf("etcd %s: gRPC status %d: %s", ep.name, code, msg)}
 	default:
 		return &sendError{err: fmt.Errorf("etcd %s: HTTP %d: %s", ep.name, status, msg)}
 	}

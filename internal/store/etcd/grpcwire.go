@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // Unary calls go to etcd's gRPC service itself (HTTP/2, protobuf
@@ -58,8 +59,15 @@ func appendString(b []byte, field int, s string) []byte {
 	return append(b, s...)
 }
 
-func encodeRange(r *rangeRequest) []byte {
-	b := appendString(nil, 1, r.Key)
+// varintLen is the length of v as a varint.
+func varintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
+// bytesFieldLen is the length of a length-delimited field of n bytes
+// (field numbers below 16: a one-byte tag).
+func bytesFieldLen(n int) int { return 1 + varintLen(uint64(n)) + n }
+
+func appendRange(b []byte, r *rangeRequest) []byte {
+	b = appendString(b, 1, r.Key)
 	if r.RangeEnd != "" {
 		b = appendString(b, 2, r.RangeEnd)
 	}
@@ -75,68 +83,61 @@ func encodeRange(r *rangeRequest) []byte {
 	return b
 }
 
-var (
-	compareResults = map[string]int64{"EQUAL": 0, "GREATER": 1, "LESS": 2, "NOT_EQUAL": 3}
-	compareTargets = map[string]int64{"MOD": 2, "VALUE": 3}
+// Compare's target values in rpc.proto; its result is EQUAL (0).
+const (
+	targetMod   = 2
+	targetValue = 3
 )
 
-func encodeCompare(c *compare) ([]byte, error) {
-	res, ok1 := compareResults[c.Result]
-	tgt, ok2 := compareTargets[c.Target]
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("etcd: compare %s %s not supported", c.Result, c.Target)
+func appendCompare(b []byte, c *compare) []byte {
+	var m []byte
+	m = appendInt(m, 1, 0) // EQUAL
+	if c.ByValue {
+		m = appendInt(m, 2, targetValue)
+		m = appendString(m, 3, c.Key)
+		m = appendBytes(m, 7, c.Value) // a oneof: sent even when empty
+	} else {
+		m = appendInt(m, 2, targetMod)
+		m = appendString(m, 3, c.Key)
+		m = appendInt(m, 6, c.ModRevision) // a oneof: sent even when 0
 	}
-	b := appendInt(nil, 1, res)
-	b = appendInt(b, 2, tgt)
-	b = appendString(b, 3, c.Key)
-	// The target's value is a oneof: sent even when zero or empty.
-	if c.Target == "VALUE" {
-		return appendBytes(b, 7, c.Value), nil
-	}
-	return appendInt(b, 6, c.ModRevision), nil
+	return appendBytes(b, 1, m)
 }
 
-// appendOp appends op as field of a TxnRequest.
+// appendOp appends op as field of a TxnRequest, copying a put's value
+// once, straight into b.
 func appendOp(b []byte, field int, op *requestOp) ([]byte, error) {
-	var m []byte
 	var kind int
+	var body []byte // the op's message, when small
+	size := 0
 	switch {
 	case op.RequestRange != nil:
-		kind, m = 1, encodeRange(op.RequestRange)
+		kind, body = 1, appendRange(nil, op.RequestRange)
+		size = len(body)
 	case op.RequestPut != nil:
-		p := op.RequestPut
-		m = appendString(make([]byte, 0, len(p.Key)+len(p.Value)+16), 1, p.Key)
-		kind, m = 2, appendBytes(m, 2, p.Value)
+		kind = 2
+		size = bytesFieldLen(len(op.RequestPut.Key)) + bytesFieldLen(len(op.RequestPut.Value))
 	case op.RequestDeleteRange != nil:
-		kind, m = 3, appendString(nil, 1, op.RequestDeleteRange.Key)
+		kind, body = 3, appendString(nil, 1, op.RequestDeleteRange.Key)
+		size = len(body)
 	default:
 		return nil, errors.New("etcd: empty request op")
 	}
-	// RequestOp{kind: m} as a length-delimited field of its own.
-	inner := appendTag(nil, kind, wireBytes)
-	inner = appendVarint(inner, uint64(len(m)))
+	// RequestOp{kind: the op} as a length-delimited field of its own.
 	b = appendTag(b, field, wireBytes)
-	b = appendVarint(b, uint64(len(inner)+len(m)))
-	b = append(b, inner...)
-	return append(b, m...), nil
+	b = appendVarint(b, uint64(bytesFieldLen(size)))
+	b = appendTag(b, kind, wireBytes)
+	b = appendVarint(b, uint64(size))
+	if p := op.RequestPut; p != nil {
+		b = appendString(b, 1, p.Key)
+		return appendBytes(b, 2, p.Value), nil
+	}
+	return append(b, body...), nil
 }
 
-func encodeTxn(t *txnRequest) ([]byte, error) {
-	size := 0
-	for _, list := range [][]requestOp{t.Success, t.Failure} {
-		for _, op := range list {
-			if op.RequestPut != nil {
-				size += len(op.RequestPut.Key) + len(op.RequestPut.Value) + 32
-			}
-		}
-	}
-	b := make([]byte, 0, size+64*(len(t.Compare)+len(t.Success)+len(t.Failure)))
+func appendTxn(b []byte, t *txnRequest) ([]byte, error) {
 	for i := range t.Compare {
-		m, err := encodeCompare(&t.Compare[i])
-		if err != nil {
-			return nil, err
-		}
-		b = appendBytes(b, 1, m)
+		b = appendCompare(b, &t.Compare[i])
 	}
 	var err error
 	for _, list := range []struct {
@@ -152,29 +153,37 @@ func encodeTxn(t *txnRequest) ([]byte, error) {
 	return b, nil
 }
 
-// encodeRequest returns the gRPC frame of in (a rangeRequest or
-// txnRequest, by value or pointer).
+// encodeRequest returns the gRPC frame of in, a rangeRequest or a
+// txnRequest, in one buffer.
 func encodeRequest(in any) ([]byte, error) {
-	var msg []byte
-	var err error
 	switch r := in.(type) {
 	case rangeRequest:
-		msg = encodeRange(&r)
-	case *rangeRequest:
-		msg = encodeRange(r)
+		b := appendRange(make([]byte, 5, 5+64+len(r.Key)+len(r.RangeEnd)), &r)
+		return frame(b), nil
 	case txnRequest:
-		msg, err = encodeTxn(&r)
-	case *txnRequest:
-		msg, err = encodeTxn(r)
-	default:
-		return nil, fmt.Errorf("etcd: no gRPC encoding of %T", in)
+		size := 64 * (len(r.Compare) + len(r.Success) + len(r.Failure))
+		for _, list := range [][]requestOp{r.Success, r.Failure} {
+			for _, op := range list {
+				if op.RequestPut != nil {
+					size += len(op.RequestPut.Key) + len(op.RequestPut.Value)
+				}
+			}
+		}
+		b, err := appendTxn(make([]byte, 5, 5+size), &r)
+		if err != nil {
+			return nil, err
+		}
+		return frame(b), nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	frame := make([]byte, 5, 5+len(msg))
-	binary.BigEndian.PutUint32(frame[1:], uint32(len(msg)))
-	return append(frame, msg...), nil
+	return nil, fmt.Errorf("etcd: no gRPC encoding of %T", in)
+}
+
+// frame writes the gRPC frame header (uncompressed, the length) into the
+// first five bytes of b, which the message follows.
+func frame(b []byte) []byte {
+	b[0] = 0
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
+	return b
 }
 
 // errProto is wrapped by every decoding error.

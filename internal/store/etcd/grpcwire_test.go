@@ -15,9 +15,9 @@ func TestGRPCRequestsAsEtcdReadsThem(t *testing.T) {
 	big := bytes.Repeat([]byte{0, 0xff, 'x'}, 50000)
 	req := txnRequest{
 		Compare: []compare{
-			{Result: "EQUAL", Target: "MOD", Key: "/p/nodes/a", ModRevision: 0},
-			{Result: "EQUAL", Target: "MOD", Key: "/p/meta/layout", ModRevision: 1234567890123},
-			{Result: "EQUAL", Target: "VALUE", Key: "/p/meta/layout", Value: []byte("2")},
+			{Key: "/p/nodes/a", ModRevision: 0},
+			{Key: "/p/meta/layout", ModRevision: 1234567890123},
+			{Key: "/p/meta/layout", ByValue: true, Value: []byte("2")},
 		},
 		Success: []requestOp{
 			{RequestPut: &putRequest{Key: "/p/nodes/a", Value: big}},
@@ -61,7 +61,7 @@ func TestGRPCRequestsAsEtcdReadsThem(t *testing.T) {
 	}
 
 	rr := rangeRequest{Key: "/p/nodes/", RangeEnd: prefixEnd("/p/nodes/"), Limit: 500}
-	frame, err = encodeRequest(&rr)
+	frame, err = encodeRequest(rr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,10 +34,10 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 	}
 	req := txnRequest{}
 	for _, c := range conds {
-		req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "MOD", Key: s.full(c.Key), ModRevision: c.Version})
+		req.Compare = append(req.Compare, compare{Key: s.full(c.Key), ModRevision: c.Version})
 		if c.Value != nil {
 			// etcd fails a value compare on a missing key.
-			req.Compare = append(req.Compare, compare{Result: "EQUAL", Target: "VALUE", Key: s.full(c.Key), Value: c.Value})
+			req.Compare = append(req.Compare, compare{Key: s.full(c.Key), ByValue: true, Value: c.Value})
 		}
 	}
 	for _, op := range ops {

@@ -29,12 +29,13 @@ type requestOp struct {
 	RequestDeleteRange *deleteRequest
 }
 
-// compare checks a key's mod_revision (Target "MOD") or value ("VALUE").
+// compare requires a key's mod_revision to equal ModRevision (0: the key
+// is absent) or, ByValue, its value to equal Value.
 type compare struct {
-	Result, Target string
-	Key            string
-	ModRevision    int64
-	Value          []byte
+	Key         string
+	ModRevision int64
+	ByValue     bool
+	Value       []byte
 }
 
 type txnRequest struct {
@@ -76,13 +77,6 @@ type keyValue struct {
 	Key         string `json:"key"`
 	Value       string `json:"value"`
 	ModRevision string `json:"mod_revision"`
-}
-
-// errorBody is what the gateway sends with a non-2xx status.
-type errorBody struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-	Error   string `json:"error"`
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
