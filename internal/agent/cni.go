@@ -32,10 +32,11 @@ const maxCNIRequest = config.MaxConfigBytes + 64<<10
 // pools (5 s) stay warm, so that an ADD in a block the node holds is one
 // write and no read. The verbs run as in the plugin, in a container
 // (plugin.Plugin.InContainer: earlier sandboxes' namespaces are only
-// judged where the host's /var/run/netns is mounted).
+// judged where the host's /var/run/netns is mounted); their pod-aware
+// lookups read the agent's caches directly, not through its socket.
 func (a *Agent) EnableCNI(rc *rest.Config) {
 	k := &kubeAllocators{rc: rest.CopyConfig(rc), log: a.log, byPrefix: map[string]*allocator.StoreAllocator{}}
-	a.cni = &plugin.Plugin{Log: a.log.With("component", "cni"), KubeAllocator: k.get, InContainer: true}
+	a.cni = &plugin.Plugin{Log: a.log.With("component", "cni"), KubeAllocator: k.get, InContainer: true, Pods: a}
 }
 
 // kubeAllocators holds one allocator per partition of the kubernetes

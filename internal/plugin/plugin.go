@@ -23,6 +23,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/netpools"
+	"github.com/ipkeeper/ipkeeper/internal/podinfo"
 )
 
 // Versions are the CNI spec versions the plugin speaks.
@@ -46,6 +47,19 @@ type Plugin struct {
 	// counts as gone only where the host's /var/run/netns is visible, and
 	// never by a /proc/PID path, whose PID is the host's.
 	InContainer bool
+	// Pods, when set, answers the pod-aware lookups of configs that name
+	// an agent socket, in process: ipkeeper-agent's own caches, which
+	// the socket would reach with an HTTP round trip to itself.
+	Pods PodSource
+}
+
+// PodSource answers pod-aware lookups as podinfo.AgentClient does.
+type PodSource interface {
+	// Lookup reads the pod (none when pod is ""), its namespace and the
+	// node, as podinfo.AgentClient.Lookup.
+	Lookup(ctx context.Context, namespace, pod, uid, node string) (*podinfo.Info, error)
+	// Ready tells that the caches are synced.
+	Ready() bool
 }
 
 // New returns a plugin logging to stderr at the level named by

@@ -71,9 +71,13 @@ func (p *Plugin) kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa 
 }
 
 // lookup reads the pod (when pod is not empty), its namespace and the
-// node: from the agent when one is configured and answers, else directly
-// from the API server with the kubeconfig.
+// node: from the agent when one is configured (in process, p.Pods, when
+// this is the agent) and answers, else directly from the API server with
+// the kubeconfig.
 func (p *Plugin) lookup(ctx context.Context, conf *config.IPAM, namespace, pod, uid string) (*podinfo.Info, error) {
+	if conf.AgentSocket != "" && p.Pods != nil {
+		return p.Pods.Lookup(ctx, namespace, pod, uid, conf.NodeName)
+	}
 	if conf.AgentSocket != "" {
 		c := podinfo.NewAgentClient(conf.AgentSocket)
 		info, err := c.Lookup(ctx, namespace, pod, uid, conf.NodeName)
@@ -98,7 +102,7 @@ func (p *Plugin) lookup(ctx context.Context, conf *config.IPAM, namespace, pod, 
 // configured, when it is ready, or when it is not but a kubeconfig lets
 // ADD read the API server directly.
 func (p *Plugin) agentStatus(ctx context.Context, conf *config.IPAM) error {
-	if conf.AgentSocket == "" {
+	if conf.AgentSocket == "" || p.Pods != nil && p.Pods.Ready() {
 		return nil
 	}
 	c := podinfo.NewAgentClient(conf.AgentSocket)

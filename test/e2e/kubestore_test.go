@@ -19,6 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/podinfo"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -251,6 +252,28 @@ func TestKubernetesDatastoreAgent(t *testing.T) {
 		t.Fatalf("ADD %v, repeated ADD %v: want the same two addresses", first.IPs, again.IPs)
 	}
 	add(lone, "c2")
+	// A pod's annotation, read by the agent's verb from its own caches:
+	// no lookup through its socket (an HTTP round trip to itself).
+	pod, err := srv.Client.CoreV1().Pods("default").Create(ctxT(t), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pinned", Annotations: map[string]string{podinfo.AnnotationIPAddrs: `["10.72.0.77","fd72::77"]`}},
+		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cnirun.Run(ctxT(t), lone, podCall("p1", pod, conf("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ExitCode != 0 {
+		t.Fatalf("ADD of an annotated pod:\n%v\nagent log:\n%s", out, agent.Log())
+	}
+	if got := parseResult(t, "1.1.0", out.Stdout); len(got.IPs) != 2 || got.IPs[0].Address.IP.String() != "10.72.0.77" || got.IPs[1].Address.IP.String() != "fd72::77" {
+		t.Fatalf("ADD of a pod annotated %s: got %v", pod.Annotations[podinfo.AnnotationIPAddrs], got.IPs)
+	}
+	if n := strings.Count(agent.Log(), `"msg":"lookup"`); n != 0 || !strings.Contains(agent.Log(), `"msg":"cni"`) {
+		t.Fatalf("the agent's verbs looked up through its own socket %d times:\n%s", n, agent.Log())
+	}
 	for _, c := range []struct {
 		verb, id string
 		stdin    []byte

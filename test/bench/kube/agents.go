@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +73,25 @@ func startAgents(ctx context.Context, srv *kubetest.Server, bin, kubeconfig, tmp
 		}
 	}
 	return a, nil
+}
+
+// peakRSS returns the largest peak resident set (VmHWM) among the
+// agents, in KiB (0 when none could be read).
+func (a *agents) peakRSS() int {
+	peak := 0
+	for _, p := range a.procs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Process.Pid))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				peak = max(peak, kb)
+			}
+		}
+	}
+	return peak
 }
 
 // stop kills the agents by PID and waits for them.

@@ -24,11 +24,19 @@ import (
 type costs struct {
 	plugin, agents, apiserver, self time.Duration
 	requests                        float64
+	// byKind splits requests by verb and resource ("POST ipamblocks").
+	byKind map[string]float64
 }
 
 func (c costs) sub(o costs) costs {
-	return costs{plugin: c.plugin - o.plugin, agents: c.agents - o.agents, apiserver: c.apiserver - o.apiserver,
-		self: c.self - o.self, requests: c.requests - o.requests}
+	d := costs{plugin: c.plugin - o.plugin, agents: c.agents - o.agents, apiserver: c.apiserver - o.apiserver,
+		self: c.self - o.self, requests: c.requests - o.requests, byKind: map[string]float64{}}
+	for k, v := range c.byKind {
+		if v -= o.byKind[k]; v != 0 {
+			d.byKind[k] = v
+		}
+	}
+	return d
 }
 
 // total is all the CPU time the phase cost this machine.
@@ -60,7 +68,7 @@ func newMeter(srv *kubetest.Server) (func() costs, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if b, err := srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
-			c.requests = resourceRequests(b)
+			c.requests, c.byKind = resourceRequests(b)
 		}
 		return c
 	}, nil
@@ -118,9 +126,10 @@ func procCPU(pid int) (time.Duration, error) {
 }
 
 // resourceRequests sums apiserver_request_total over series with a
-// non-empty resource label.
-func resourceRequests(metrics []byte) float64 {
+// non-empty resource label, in all and by verb and resource.
+func resourceRequests(metrics []byte) (float64, map[string]float64) {
 	var sum float64
+	byKind := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(metrics))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -133,7 +142,19 @@ func resourceRequests(metrics []byte) float64 {
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err == nil {
 			sum += v
+			byKind[metricLabel(line, "verb")+" "+metricLabel(line, "resource")] += v
 		}
 	}
-	return sum
+	return sum, byKind
+}
+
+// metricLabel is the value of label name in a Prometheus text line.
+func metricLabel(line, name string) string {
+	for _, open := range []string{"{", ","} {
+		if _, rest, ok := strings.Cut(line, open+name+`="`); ok {
+			v, _, _ := strings.Cut(rest, `"`)
+			return v
+		}
+	}
+	return ""
 }

@@ -60,6 +60,7 @@ var (
 	flagGoalTimeout = flag.Duration("goal-timeout", 3*time.Minute, "time limit of the goal run")
 	flagWAVersion   = flag.String("whereabouts-version", "v0.9.2", "whereabouts module version")
 	flagWABin       = flag.String("whereabouts", "", "whereabouts binary (default: built from the module into the cache)")
+	flagRequests    = flag.Bool("requests", false, "print each cell's API requests per ADD by verb and resource")
 	flagFloor       = flag.Bool("floor", true, "also measure the floor: CPU of an empty exec, of the plugin's VERSION, of one IPAMNode write")
 	flagModes       = flag.String("modes", modeKube+","+modeAgent+","+modeEtcd+",whereabouts",
 		"comma-separated modes to run (a name, or its first word); also: "+modeKubeDirect)
@@ -147,6 +148,9 @@ func main() {
 			log.Fatal(err)
 		}
 		defer ag.stop()
+		defer func() {
+			fmt.Printf("\nipkeeper-agent peak resident memory (the largest of %d): %.1f MiB\n", len(ag.procs), float64(ag.peakRSS())/1024)
+		}()
 		all = append(all, agentMode(ipk, tmp, nodeKC, ag))
 	}
 	waName := "whereabouts " + *flagWAVersion
