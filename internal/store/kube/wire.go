@@ -153,9 +153,14 @@ func (s *Store) get(ctx context.Context, k kind, name string) (*object, error) {
 	return o, s.checkPartition(k, o)
 }
 
+// metadataAnswer asks the API server to answer a write with the object's
+// metadata only (a PartialObjectMetadata): a write needs the new
+// resourceVersion, not the spec it just sent back.
+const metadataAnswer = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
 // create POSTs body and returns the new version.
 func (s *Store) create(ctx context.Context, k kind, name string, body []byte) (store.Version, error) {
-	raw, err := do(ctx, s.rc.Post().Resource(k.resource).Body(body))
+	raw, err := do(ctx, s.rc.Post().Resource(k.resource).SetHeader("Accept", metadataAnswer).Body(body))
 	if err != nil {
 		return s.resolve(ctx, k, name, body, err)
 	}
@@ -165,7 +170,7 @@ func (s *Store) create(ctx context.Context, k kind, name string, body []byte) (s
 // update PUTs body (carrying the version it replaces) and returns the new
 // version.
 func (s *Store) update(ctx context.Context, k kind, name string, body []byte) (store.Version, error) {
-	raw, err := do(ctx, s.rc.Put().Resource(k.resource).Name(name).Body(body))
+	raw, err := do(ctx, s.rc.Put().Resource(k.resource).Name(name).SetHeader("Accept", metadataAnswer).Body(body))
 	if err != nil {
 		return s.resolve(ctx, k, name, body, err)
 	}
