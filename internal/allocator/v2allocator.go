@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
@@ -38,6 +40,9 @@ type StoreAllocator struct {
 	// pools caches pool definitions read for allocations (see
 	// cachedPool); a conflict empties it.
 	pools sync.Map // name -> cachedPool
+	// poolReads joins concurrent reads of one pool missing from pools:
+	// a node's first pods start together, and each would read it.
+	poolReads singleflight.Group
 	// PoolCacheTTL bounds how long a pool read for one allocation serves
 	// the next ones: a pool's flags changed meanwhile (disabled, node
 	// selector) take effect after at most this long in a long-lived
@@ -215,19 +220,34 @@ type cachedPool struct {
 }
 
 // poolForAllocation returns a pool for an allocation: from the cache when
-// read less than PoolCacheTTL ago, else read (and cached).
+// read less than PoolCacheTTL ago, else read (and cached) — once for all
+// the allocations that miss it together. A caller whose context is still
+// live when the shared read failed on its starter's context reads again.
 func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ipam.Pool, error) {
 	if v, ok := a.pools.Load(name); ok {
 		if c := v.(cachedPool); a.Now().Sub(c.read) < a.PoolCacheTTL {
 			return c.pool, nil
 		}
 	}
-	p, err := a.Pool(ctx, name)
-	if err != nil {
-		return ipam.Pool{}, err
+	read := func(ctx context.Context) (ipam.Pool, error) {
+		p, err := a.Pool(ctx, name)
+		if err == nil {
+			a.pools.Store(name, cachedPool{pool: p, read: a.Now()})
+		}
+		return p, err
 	}
-	a.pools.Store(name, cachedPool{pool: p, read: a.Now()})
-	return p, nil
+	select {
+	case r := <-a.poolReads.DoChan(name, func() (any, error) { return read(ctx) }):
+		if r.Err != nil && ctx.Err() == nil && (errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) {
+			return read(ctx)
+		}
+		if r.Err != nil {
+			return ipam.Pool{}, r.Err
+		}
+		return r.Val.(ipam.Pool), nil
+	case <-ctx.Done():
+		return ipam.Pool{}, ctx.Err()
+	}
 }
 
 // prefetchPools reads every pool in one list when more than one of names
