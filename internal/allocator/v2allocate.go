@@ -163,7 +163,7 @@ func (a *StoreAllocator) requestPools(ctx context.Context, req Request) (map[str
 		switch {
 		case defined && err == nil && p.SameDefinition(def):
 		case defined:
-			p, err = a.EnsurePool(ctx, def)
+			p, err = a.ensurePool(ctx, def, errors.Is(err, ErrPoolNotFound))
 		}
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -75,6 +76,48 @@ func TestConcurrentAllocationsReadAPoolOnce(t *testing.T) {
 				}
 				if n := h.reads.Load(); n != 1 {
 					t.Fatalf("%d allocations started together read their pool %d times, want once", nodes, n)
+				}
+			})
+		})
+	}
+}
+
+// poolGets counts pool reads.
+type poolGets struct {
+	store.Store
+	gets atomic.Int64
+}
+
+func (p *poolGets) GetPool(ctx context.Context, name string) (store.Pool, error) {
+	p.gets.Add(1)
+	return p.Store.GetPool(ctx, name)
+}
+
+// TestDefinedPoolReadsOnFirstADD: the first ADD of a config that defines
+// a pool nobody created yet reads it missing once, creates it and reads it
+// once more after claiming its block (pool removal's check); the next ADD
+// reads no pool — the one it created serves it.
+func TestDefinedPoolReadsOnFirstADD(t *testing.T) {
+	for _, p := range []ipam.Pool{v4Pool, v6Pool} {
+		t.Run(p.Name, func(t *testing.T) {
+			storeBackends(t, func(t *testing.T, s store.Store) {
+				pg := &poolGets{Store: s}
+				a := allocator.NewStoreAllocator(pg, nil)
+				add := func(id string) {
+					t.Helper()
+					req := storeReq("node-a", id, p.Name)
+					req.Define = []ipam.Pool{p}
+					if _, err := a.Allocate(t.Context(), req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				add("c1")
+				if n := pg.gets.Load(); n != 2 {
+					t.Fatalf("the first ADD read the pool %d times, want 2 (missing, then after its claim)", n)
+				}
+				add("c2")
+				if n := pg.gets.Load(); n != 2 {
+					t.Fatalf("the second ADD read the pool %d times, want none", n-2)
 				}
 			})
 		})

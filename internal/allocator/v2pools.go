@@ -15,12 +15,30 @@ import (
 // created by an import takes the given definition (its first config); any
 // other difference fails with ErrPoolConflict, changing nothing.
 func (a *StoreAllocator) EnsurePool(ctx context.Context, def ipam.Pool) (ipam.Pool, error) {
+	return a.ensurePool(ctx, def, false)
+}
+
+// ensurePool is EnsurePool; with missing (the caller just read the pool
+// as absent) its first attempt creates without reading first. The pool it
+// returns serves allocations for PoolCacheTTL.
+func (a *StoreAllocator) ensurePool(ctx context.Context, def ipam.Pool, missing bool) (ipam.Pool, error) {
 	if err := def.Validate(); err != nil {
 		return ipam.Pool{}, err
 	}
+	if v, ok := a.pools.Load(def.Name); missing && ok {
+		// Ensured meanwhile by an allocation that missed it too.
+		if c := v.(cachedPool); a.Now().Sub(c.read) < a.PoolCacheTTL && c.pool.SameDefinition(def) {
+			return c.pool, nil
+		}
+	}
 	var out ipam.Pool
 	err := a.retry(ctx, "ensure pool "+def.Name, func() error {
-		stored, err := a.store.GetPool(ctx, def.Name)
+		var stored store.Pool
+		err := fmt.Errorf("%w: known missing", store.ErrNotFound)
+		if !missing {
+			stored, err = a.store.GetPool(ctx, def.Name)
+		}
+		missing = false
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			_, err = a.store.CreatePool(ctx, store.Pool{Spec: def})
@@ -42,6 +60,9 @@ func (a *StoreAllocator) EnsurePool(ctx context.Context, def ipam.Pool) (ipam.Po
 		out = def
 		return err
 	})
+	if err == nil {
+		a.pools.Store(out.Name, cachedPool{pool: out, read: a.Now()})
+	}
 	return out, err
 }
 
