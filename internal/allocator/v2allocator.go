@@ -230,7 +230,7 @@ func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ip
 		}
 	}
 	read := func(ctx context.Context) (ipam.Pool, error) {
-		p, err := a.Pool(ctx, name)
+		p, err := a.poolMaybeStale(ctx, name)
 		if err == nil {
 			a.pools.Store(name, cachedPool{pool: p, read: a.Now()})
 		}
@@ -248,6 +248,28 @@ func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ip
 	case <-ctx.Done():
 		return ipam.Pool{}, ctx.Err()
 	}
+}
+
+// cachedPoolReader is a store that reads a pool from a cache that may lag
+// behind writes (the Kubernetes API server's watch cache) for less than a
+// read of the latest state.
+type cachedPoolReader interface {
+	GetPoolCached(ctx context.Context, name string) (store.Pool, error)
+}
+
+// poolMaybeStale reads a pool for poolForAllocation, from the store's
+// cache when it has one: a stale pool is what that cache holds anyway,
+// and a claim reads the pool again, up to date (createClaim).
+func (a *StoreAllocator) poolMaybeStale(ctx context.Context, name string) (ipam.Pool, error) {
+	c, ok := a.store.(cachedPoolReader)
+	if !ok {
+		return a.Pool(ctx, name)
+	}
+	p, err := c.GetPoolCached(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return ipam.Pool{}, fmt.Errorf("%w: %q", ErrPoolNotFound, name)
+	}
+	return p.Spec, storeErr(err)
 }
 
 // prefetchPools reads every pool in one list when more than one of names

@@ -49,6 +49,21 @@ func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
 	return s.decodePool(o, name)
 }
 
+// GetPoolCached is GetPool answered from the API server's watch cache,
+// which may lag behind the latest write: for readers that tolerate a
+// stale pool (an allocation's view of its pools, checked again after a
+// claim).
+func (s *Store) GetPoolCached(ctx context.Context, name string) (store.Pool, error) {
+	if err := store.ValidName("pool", name); err != nil {
+		return store.Pool{}, err
+	}
+	o, err := s.getAt(ctx, kindPool, s.names.object(name), true)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	return s.decodePool(o, name)
+}
+
 // ListPools LISTs the partition's IPAMPools, sorted by name.
 func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) {
 	objs, err := s.list(ctx, kindPool, s.selector())
