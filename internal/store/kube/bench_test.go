@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // BenchmarkOps measures one request of each kind the allocation path
 // sends, as the ipkeeper-node ServiceAccount on the test API server, over
-// a warm connection (ns/op is the latency of one sequential request):
+// a warm connection (ns/op is the latency of one sequential request;
+// apiserver-ms/op the kube-apiserver process's CPU per request, its etcd
+// not included):
 //
 //	IPKEEPER_KUBE_APISERVER=$(scripts/kube-apiserver.sh) \
 //	  go test -run '^$' -bench BenchmarkOps -benchtime 200x ./internal/store/kube/
@@ -37,14 +40,35 @@ func BenchmarkOps(b *testing.B) {
 			}
 		}
 	}
+	if _, err := st.CreatePool(ctx, store.Pool{Spec: pool4}); err != nil {
+		b.Fatal(err)
+	}
 	b.Run("GetNode", func(b *testing.B) {
+		defer apiserverCPU(b)()
 		for b.Loop() {
 			if _, err := st.GetNode(ctx, "node-a"); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+	b.Run("GetPool", func(b *testing.B) {
+		defer apiserverCPU(b)()
+		for b.Loop() {
+			if _, err := st.GetPool(ctx, pool4.Name); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("GetPoolCached", func(b *testing.B) {
+		defer apiserverCPU(b)()
+		for b.Loop() {
+			if _, err := st.GetPoolCached(ctx, pool4.Name); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("UpdateNode", func(b *testing.B) {
+		defer apiserverCPU(b)()
 		p := pool4
 		for i := 0; b.Loop(); i++ {
 			// Alternate one address in and out: the allocation path's write.
@@ -73,6 +97,7 @@ func BenchmarkOps(b *testing.B) {
 		}
 	})
 	b.Run("CreateClaim", func(b *testing.B) {
+		defer apiserverCPU(b)()
 		pool := "green" + strconv.FormatInt(partitions.Add(1), 10) // a fresh pool per run (-count)
 		for i := 0; b.Loop(); i++ {
 			c := store.Claim{BlockRef: store.BlockRef{Pool: pool, CIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 10), byte(i >> 2), byte(64 * (i % 4))}), 26)}, Node: "node-a"}
@@ -82,10 +107,36 @@ func BenchmarkOps(b *testing.B) {
 		}
 	})
 	b.Run("ListClaimsNode", func(b *testing.B) {
+		defer apiserverCPU(b)()
 		for b.Loop() {
 			if _, err := st.ListClaims(ctx, store.ClaimSelector{Node: "node-3"}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+	b.Run("ListClaimsNodeCached", func(b *testing.B) {
+		defer apiserverCPU(b)()
+		for b.Loop() {
+			if _, err := st.ListClaims(ctx, store.ClaimSelector{Node: "node-3", Cached: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// apiserverCPU reports, when the returned func runs at the end of b, the
+// kube-apiserver's CPU per op since it was called.
+func apiserverCPU(b *testing.B) func() {
+	s := kubetest.Require(b, srv)
+	before, err := s.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		after, err := s.CPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64((after-before).Microseconds())/1000/float64(b.N), "apiserver-ms/op")
+	}
 }

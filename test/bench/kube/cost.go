@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,8 +50,7 @@ var meter func() costs
 // server's apiserver_request_total (resource requests only: the bench's
 // own /metrics reads are not counted).
 func newMeter(srv *kubetest.Server) (func() costs, error) {
-	pid, err := childNamed("kube-apiserver")
-	if err != nil {
+	if _, err := srv.CPU(); err != nil {
 		return nil, err
 	}
 	return func() costs {
@@ -60,9 +58,9 @@ func newMeter(srv *kubetest.Server) (func() costs, error) {
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 		c := costs{plugin: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), self: time.Duration(self.Utime.Nano() + self.Stime.Nano())}
-		c.apiserver, _ = procCPU(pid)
+		c.apiserver, _ = srv.CPU()
 		for _, a := range childrenNamed("ipkeeper-agent") {
-			d, _ := procCPU(a)
+			d, _ := kubetest.ProcessCPU(a)
 			c.agents += d
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -72,15 +70,6 @@ func newMeter(srv *kubetest.Server) (func() costs, error) {
 		}
 		return c
 	}, nil
-}
-
-// childNamed finds this process's child whose command is name.
-func childNamed(name string) (int, error) {
-	pids := childrenNamed(name)
-	if len(pids) == 0 {
-		return 0, fmt.Errorf("no child process %q", name)
-	}
-	return pids[0], nil
 }
 
 // childrenNamed lists this process's children whose command is name.
@@ -104,25 +93,6 @@ func childrenNamed(name string) []int {
 		}
 	}
 	return pids
-}
-
-// procCPU is a process's user plus system CPU time from /proc/PID/stat.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command (which may hold spaces) in parentheses;
-	// utime and stime are fields 14 and 15 of the whole line.
-	rest := b[bytes.LastIndexByte(b, ')')+2:]
-	f := strings.Fields(string(rest))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const userHZ = 100 // the unit of /proc/PID/stat times on Linux
-	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
 // resourceRequests sums apiserver_request_total over series with a
