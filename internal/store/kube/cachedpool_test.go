@@ -4,17 +4,13 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -68,15 +64,8 @@ func (r *poolGetRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // the pool up to date after claiming its block (pool removal's check is
 // never answered by a cache).
 func TestFirstADDPoolReads(t *testing.T) {
-	s := kubetest.Require(t, srv)
 	rec := &poolGetRecorder{}
-	cfg := rest.CopyConfig(s.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec }
-	st, err := NewForConfig(cfg, "t"+strconv.FormatInt(partitions.Add(1), 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openTraced(t, func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec })
 	for _, p := range []ipam.Pool{
 		{Name: "plain4", CIDR: netip.MustParsePrefix("10.1.0.0/16"), BlockSize: 26},
 		{Name: "plain6", CIDR: netip.MustParsePrefix("fd00:1::/112"), BlockSize: 122},

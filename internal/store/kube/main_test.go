@@ -3,10 +3,13 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 )
@@ -39,6 +42,21 @@ func openNode(t testing.TB) *Store {
 		Prefix:     "t" + strconv.FormatInt(partitions.Add(1), 10),
 		QPS:        1000, Burst: 1000,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// openTraced opens a store as the cluster admin in a fresh partition, its
+// requests passing through the round tripper wrap returns.
+func openTraced(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *Store {
+	t.Helper()
+	s := kubetest.Require(t, srv)
+	cfg := rest.CopyConfig(s.Config)
+	cfg.WrapTransport = wrap
+	st, err := NewForConfig(cfg, "t"+strconv.FormatInt(partitions.Add(1), 10))
 	if err != nil {
 		t.Fatal(err)
 	}

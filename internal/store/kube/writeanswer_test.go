@@ -5,13 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"testing"
 
-	"k8s.io/client-go/rest"
-
-	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -45,15 +41,8 @@ func (r *answerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // object's answer would otherwise carry all its records back, encoded by
 // the server and decoded here on every ADD.
 func TestWritesAnswerMetadataOnly(t *testing.T) {
-	s := kubetest.Require(t, srv)
 	rec := &answerRecorder{}
-	cfg := rest.CopyConfig(s.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec }
-	st, err := NewForConfig(cfg, "t"+strconv.FormatInt(partitions.Add(1), 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openTraced(t, func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec })
 	ctx := ctxT(t)
 	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
 	if err != nil {
