@@ -20,6 +20,13 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 )
 
+// cniQPS and cniBurst rate-limit each partition's client of the agent's
+// verbs.
+const (
+	cniQPS   = 50
+	cniBurst = 100
+)
+
 // maxCNIRequest bounds a forwarded verb's request: the network config is
 // at most config.MaxConfigBytes, plus the CNI_* values.
 const maxCNIRequest = config.MaxConfigBytes + 64<<10
@@ -35,7 +42,11 @@ const maxCNIRequest = config.MaxConfigBytes + 64<<10
 // judged where the host's /var/run/netns is mounted); their pod-aware
 // lookups read the agent's caches directly, not through its socket.
 func (a *Agent) EnableCNI(rc *rest.Config) {
-	k := &kubeAllocators{rc: rest.CopyConfig(rc), log: a.log, byPrefix: map[string]*allocator.StoreAllocator{}}
+	cni := rest.CopyConfig(rc)
+	// The node's pod starts through it, one write each: as fast as the
+	// kubelet's own client may go (its --kube-api-qps and burst defaults).
+	cni.QPS, cni.Burst = cniQPS, cniBurst
+	k := &kubeAllocators{rc: cni, log: a.log, byPrefix: map[string]*allocator.StoreAllocator{}}
 	a.cni = &plugin.Plugin{Log: a.log.With("component", "cni"), KubeAllocator: k.get, InContainer: true, Pods: a}
 }
 
