@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,64 @@ func TestDefinedPoolReadsOnFirstADD(t *testing.T) {
 				add("c2")
 				if n := pg.gets.Load(); n != 2 {
 					t.Fatalf("the second ADD read the pool %d times, want none", n-2)
+				}
+			})
+		})
+	}
+}
+
+// stallFirstPoolRead holds the first pool read until its context ends;
+// later reads pass.
+type stallFirstPoolRead struct {
+	store.Store
+	reads   atomic.Int64
+	started chan struct{}
+}
+
+func (s *stallFirstPoolRead) GetPool(ctx context.Context, name string) (store.Pool, error) {
+	if s.reads.Add(1) == 1 {
+		close(s.started)
+		<-ctx.Done()
+		return store.Pool{}, ctx.Err()
+	}
+	return s.Store.GetPool(ctx, name)
+}
+
+// TestSharedPoolReadCancelled: when the allocation whose read of a pool
+// others wait on is cancelled, a waiting allocation with a live context
+// reads the pool itself and succeeds; the cancelled one fails with its
+// context's error.
+func TestSharedPoolReadCancelled(t *testing.T) {
+	for _, p := range []ipam.Pool{v4Pool, v6Pool} {
+		t.Run(p.Name, func(t *testing.T) {
+			storeBackends(t, func(t *testing.T, s store.Store) {
+				first := newStoreAllocator(t, s, p)
+				for _, n := range []string{"node-a", "node-b"} {
+					if _, err := first.Allocate(t.Context(), storeReq(n, "warm-"+n, p.Name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				st := &stallFirstPoolRead{Store: s, started: make(chan struct{})}
+				a := allocator.NewStoreAllocator(st, nil)
+				ctx, cancel := context.WithCancel(t.Context())
+				starter := make(chan error, 1)
+				go func() {
+					_, err := a.Allocate(ctx, storeReq("node-a", "c1", p.Name))
+					starter <- err
+				}()
+				<-st.started
+				waiter := make(chan error, 1)
+				go func() {
+					_, err := a.Allocate(t.Context(), storeReq("node-b", "c2", p.Name))
+					waiter <- err
+				}()
+				time.Sleep(50 * time.Millisecond) // the waiter joins the stalled read
+				cancel()
+				if err := <-starter; !errors.Is(err, context.Canceled) {
+					t.Fatalf("the cancelled allocation: %v, want context.Canceled", err)
+				}
+				if err := <-waiter; err != nil {
+					t.Fatalf("the waiting allocation: %v, want its own read to succeed", err)
 				}
 			})
 		})
