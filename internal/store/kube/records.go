@@ -179,16 +179,19 @@ func indexFrom(keys []string, from int, key string) int {
 // special, as %XX.
 func escapeTo(b *strings.Builder, s, special string) {
 	const hex = "0123456789ABCDEF"
+	start := 0 // the first byte not written yet
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == '%' || strings.IndexByte(special, c) >= 0 {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
+		if c > ' ' && c < 0x7f && c != '%' && strings.IndexByte(special, c) < 0 {
 			continue
 		}
-		b.WriteByte(c)
+		b.WriteString(s[start:i])
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+		start = i + 1
 	}
+	b.WriteString(s[start:])
 }
 
 // unescape reads what escapeTo writes (any %XX, upper or lower case).

@@ -100,13 +100,31 @@ func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, 
 		return nil, fmt.Errorf("%w: %s %q: %d bytes of labels, the limit is %d", store.ErrTooLarge, k.kind, name, size, maxLabelBytes)
 	}
 	annotations := map[string]string{AnnotationWrite: writeNonce()}
-	return json.Marshal(object{
+	// The spec is this package's own encoding, valid JSON: it is spliced
+	// into the envelope, not checked and compacted again by json.Marshal
+	// (a quarter of the time to build a 60-handle node's body).
+	head, err := json.Marshal(envelope{
 		APIVersion: Group + "/" + Version,
 		Kind:       k.kind,
 		Metadata:   meta{Name: name, ResourceVersion: string(version), Labels: labels, Annotations: annotations},
-		Spec:       spec,
 		Summary:    sum,
 	})
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, 0, len(head)+len(`,"spec":`)+len(spec))
+	body = append(body, head[:len(head)-1]...)
+	body = append(body, `,"spec":`...)
+	body = append(body, spec...)
+	return append(body, '}'), nil
+}
+
+// envelope is an object as sent, but its spec (see newObjectSummary).
+type envelope struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Metadata   meta         `json:"metadata"`
+	Summary    *nodeSummary `json:"summary,omitempty"`
 }
 
 // do sends req and returns the answer's body, or the error — the API
