@@ -117,10 +117,25 @@ func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool) {
 
 // cachePools caches pools as read now.
 func (a *StoreAllocator) cachePools(pools []store.Pool) {
-	now := a.Now()
 	for _, p := range pools {
-		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: now})
+		a.cachePool(p.Spec)
 	}
+}
+
+// cachePool caches p as read now.
+func (a *StoreAllocator) cachePool(p ipam.Pool) {
+	a.pools.Store(p.Name, cachedPool{pool: p, read: a.Now()})
+}
+
+// freshPool returns the cached pool name when it was read less than
+// PoolCacheTTL ago.
+func (a *StoreAllocator) freshPool(name string) (ipam.Pool, bool) {
+	v, ok := a.pools.Load(name)
+	if !ok {
+		return ipam.Pool{}, false
+	}
+	c := v.(cachedPool)
+	return c.pool, a.Now().Sub(c.read) < a.PoolCacheTTL
 }
 
 // lastKnown returns the node object as this process last saw it.
@@ -224,15 +239,13 @@ type cachedPool struct {
 // the allocations that miss it together. A caller whose context is still
 // live when the shared read failed on its starter's context reads again.
 func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ipam.Pool, error) {
-	if v, ok := a.pools.Load(name); ok {
-		if c := v.(cachedPool); a.Now().Sub(c.read) < a.PoolCacheTTL {
-			return c.pool, nil
-		}
+	if p, ok := a.freshPool(name); ok {
+		return p, nil
 	}
 	read := func(ctx context.Context) (ipam.Pool, error) {
 		p, err := a.poolMaybeStale(ctx, name)
 		if err == nil {
-			a.pools.Store(name, cachedPool{pool: p, read: a.Now()})
+			a.cachePool(p)
 		}
 		return p, err
 	}
@@ -261,15 +274,10 @@ type cachedPoolReader interface {
 // cache when it has one: a stale pool is what that cache holds anyway,
 // and a claim reads the pool again, up to date (createClaim).
 func (a *StoreAllocator) poolMaybeStale(ctx context.Context, name string) (ipam.Pool, error) {
-	c, ok := a.store.(cachedPoolReader)
-	if !ok {
-		return a.Pool(ctx, name)
+	if c, ok := a.store.(cachedPoolReader); ok {
+		return readPool(ctx, name, c.GetPoolCached)
 	}
-	p, err := c.GetPoolCached(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return ipam.Pool{}, fmt.Errorf("%w: %q", ErrPoolNotFound, name)
-	}
-	return p.Spec, storeErr(err)
+	return a.Pool(ctx, name)
 }
 
 // prefetchPools reads every pool in one list when more than one of names
@@ -278,7 +286,7 @@ func (a *StoreAllocator) poolMaybeStale(ctx context.Context, name string) (ipam.
 func (a *StoreAllocator) prefetchPools(ctx context.Context, names []string) error {
 	missing := 0
 	for _, n := range names {
-		if v, ok := a.pools.Load(n); !ok || a.Now().Sub(v.(cachedPool).read) >= a.PoolCacheTTL {
+		if _, ok := a.freshPool(n); !ok {
 			missing++
 		}
 	}

@@ -25,16 +25,13 @@ func (a *StoreAllocator) ensurePool(ctx context.Context, def ipam.Pool, missing 
 	if err := def.Validate(); err != nil {
 		return ipam.Pool{}, err
 	}
-	if v, ok := a.pools.Load(def.Name); missing && ok {
-		// Ensured meanwhile by an allocation that missed it too.
-		if c := v.(cachedPool); a.Now().Sub(c.read) < a.PoolCacheTTL && c.pool.SameDefinition(def) {
-			return c.pool, nil
-		}
+	if p, ok := a.freshPool(def.Name); missing && ok && p.SameDefinition(def) {
+		return p, nil // ensured meanwhile by an allocation that missed it too
 	}
 	var out ipam.Pool
 	err := a.retry(ctx, "ensure pool "+def.Name, func() error {
 		var stored store.Pool
-		err := fmt.Errorf("%w: known missing", store.ErrNotFound)
+		err := store.ErrNotFound
 		if !missing {
 			stored, err = a.store.GetPool(ctx, def.Name)
 		}
@@ -61,7 +58,7 @@ func (a *StoreAllocator) ensurePool(ctx context.Context, def ipam.Pool, missing 
 		return err
 	})
 	if err == nil {
-		a.pools.Store(out.Name, cachedPool{pool: out, read: a.Now()})
+		a.cachePool(out)
 	}
 	return out, err
 }
@@ -81,7 +78,12 @@ func (a *StoreAllocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
 
 // Pool returns one pool.
 func (a *StoreAllocator) Pool(ctx context.Context, name string) (ipam.Pool, error) {
-	p, err := a.store.GetPool(ctx, name)
+	return readPool(ctx, name, a.store.GetPool)
+}
+
+// readPool reads pool name with get; an absent pool is ErrPoolNotFound.
+func readPool(ctx context.Context, name string, get func(context.Context, string) (store.Pool, error)) (ipam.Pool, error) {
+	p, err := get(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return ipam.Pool{}, fmt.Errorf("%w: %q", ErrPoolNotFound, name)
 	}
