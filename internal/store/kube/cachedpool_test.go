@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,38 +42,21 @@ func TestGetPoolCached(t *testing.T) {
 	}
 }
 
-// poolGetRecorder keeps the query of every GET of an IPAMPool.
-type poolGetRecorder struct {
-	next    http.RoundTripper
-	mu      sync.Mutex
-	queries []string
-}
-
-func (r *poolGetRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/"+ResourcePools+"/") {
-		r.mu.Lock()
-		r.queries = append(r.queries, req.URL.RawQuery)
-		r.mu.Unlock()
-	}
-	return r.next.RoundTrip(req)
-}
-
 // TestFirstADDPoolReads: a node's first ADD on the kubernetes datastore
 // takes its view of the pool from the API server's watch cache, and reads
 // the pool up to date after claiming its block (pool removal's check is
 // never answered by a cache).
 func TestFirstADDPoolReads(t *testing.T) {
-	rec := &poolGetRecorder{}
-	st := openTraced(t, func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec })
+	st, log := openTraced(t)
 	for _, p := range []ipam.Pool{
 		{Name: "plain4", CIDR: netip.MustParsePrefix("10.1.0.0/16"), BlockSize: 26},
 		{Name: "plain6", CIDR: netip.MustParsePrefix("fd00:1::/112"), BlockSize: 122},
 	} {
-		t.Run(p.Name, func(t *testing.T) { firstADDPoolReads(t, st, rec, p) })
+		t.Run(p.Name, func(t *testing.T) { firstADDPoolReads(t, st, log, p) })
 	}
 }
 
-func firstADDPoolReads(t *testing.T, st *Store, rec *poolGetRecorder, pool ipam.Pool) {
+func firstADDPoolReads(t *testing.T, st *Store, log *requestLog, pool ipam.Pool) {
 	ctx := ctxT(t)
 	if _, err := st.CreatePool(ctx, store.Pool{Spec: pool}); err != nil {
 		t.Fatal(err)
@@ -87,17 +69,19 @@ func firstADDPoolReads(t *testing.T, st *Store, rec *poolGetRecorder, pool ipam.
 			t.Fatal(err)
 		}
 	}
-	rec.mu.Lock()
-	rec.queries = nil
-	rec.mu.Unlock()
+	log.take()
 	a := allocator.NewStoreAllocator(st, nil)
 	h := ipam.Handle{ID: ipam.HandleID("net", "c1", "eth0"), Network: "net", ContainerID: "c1", IfName: "eth0", Node: "node-" + pool.Name}
 	if _, err := a.Allocate(ctx, allocator.Request{Handle: h, Sets: [][]string{{pool.Name}}}); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.queries) != 2 || rec.queries[0] != "resourceVersion=0" || rec.queries[1] != "" {
-		t.Fatalf("pool GETs of a first ADD, by query: %q; want the watch cache's (resourceVersion=0), then the latest state", rec.queries)
+	var queries []string
+	for _, e := range log.take() {
+		if e.method == http.MethodGet && strings.Contains(e.path, "/"+ResourcePools+"/") {
+			queries = append(queries, e.query)
+		}
+	}
+	if len(queries) != 2 || queries[0] != "resourceVersion=0" || queries[1] != "" {
+		t.Fatalf("pool GETs of a first ADD, by query: %q; want the watch cache's (resourceVersion=0), then the latest state", queries)
 	}
 }

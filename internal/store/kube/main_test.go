@@ -1,11 +1,14 @@
 package kube
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -49,19 +52,58 @@ func openNode(t testing.TB) *Store {
 	return st
 }
 
-// openTraced opens a store as the cluster admin in a fresh partition, its
-// requests passing through the round tripper wrap returns.
-func openTraced(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *Store {
+// openTraced opens a store as the cluster admin in a fresh partition,
+// with the log of every request it sends.
+func openTraced(t testing.TB) (*Store, *requestLog) {
 	t.Helper()
 	s := kubetest.Require(t, srv)
+	log := &requestLog{}
 	cfg := rest.CopyConfig(s.Config)
-	cfg.WrapTransport = wrap
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log }
 	st, err := NewForConfig(cfg, "t"+strconv.FormatInt(partitions.Add(1), 10))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return st
+	return st, log
+}
+
+// exchange is one request a traced store sent, and its answer's body.
+type exchange struct {
+	method, path, query, answer string
+}
+
+// requestLog keeps the exchanges of a traced store.
+type requestLog struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	all  []exchange
+}
+
+func (l *requestLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := l.next.RoundTrip(req)
+	if err != nil {
+		return res, err
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	l.mu.Lock()
+	l.all = append(l.all, exchange{req.Method, req.URL.Path, req.URL.RawQuery, string(body)})
+	l.mu.Unlock()
+	return res, nil
+}
+
+// take returns the exchanges logged since the last take.
+func (l *requestLog) take() []exchange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	all := l.all
+	l.all = nil
+	return all
 }
 
 // openAdmin opens a store as the cluster admin in partition prefix.

@@ -39,14 +39,7 @@ func (s *Store) decodePool(o *object, name string) (store.Pool, error) {
 
 // GetPool GETs the pool's IPAMPool.
 func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
-	if err := store.ValidName("pool", name); err != nil {
-		return store.Pool{}, err
-	}
-	o, err := s.get(ctx, kindPool, s.names.object(name))
-	if err != nil {
-		return store.Pool{}, err
-	}
-	return s.decodePool(o, name)
+	return s.getPool(ctx, name, false)
 }
 
 // GetPoolCached is GetPool answered from the API server's watch cache,
@@ -54,10 +47,14 @@ func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
 // stale pool (an allocation's view of its pools, checked again after a
 // claim).
 func (s *Store) GetPoolCached(ctx context.Context, name string) (store.Pool, error) {
+	return s.getPool(ctx, name, true)
+}
+
+func (s *Store) getPool(ctx context.Context, name string, cached bool) (store.Pool, error) {
 	if err := store.ValidName("pool", name); err != nil {
 		return store.Pool{}, err
 	}
-	o, err := s.getAt(ctx, kindPool, s.names.object(name), true)
+	o, err := s.getAt(ctx, kindPool, s.names.object(name), cached)
 	if err != nil {
 		return store.Pool{}, err
 	}

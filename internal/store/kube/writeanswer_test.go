@@ -1,39 +1,13 @@
 package kube
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 	"net/netip"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
-
-// answerRecorder keeps the answers to the POSTs and PUTs that pass.
-type answerRecorder struct {
-	next    http.RoundTripper
-	mu      sync.Mutex
-	answers []string
-}
-
-func (r *answerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := r.next.RoundTrip(req)
-	if err != nil || req.Method != http.MethodPost && req.Method != http.MethodPut {
-		return res, err
-	}
-	body, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	res.Body = io.NopCloser(bytes.NewReader(body))
-	r.mu.Lock()
-	r.answers = append(r.answers, req.Method+" "+req.URL.Path+": "+string(body))
-	r.mu.Unlock()
-	return res, nil
-}
 
 // TestWritesAnswerMetadataOnly: the API server answers the datastore's
 // creates and updates with the object's metadata (the new
@@ -41,8 +15,7 @@ func (r *answerRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // object's answer would otherwise carry all its records back, encoded by
 // the server and decoded here on every ADD.
 func TestWritesAnswerMetadataOnly(t *testing.T) {
-	rec := &answerRecorder{}
-	st := openTraced(t, func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec })
+	st, log := openTraced(t)
 	ctx := ctxT(t)
 	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
 	if err != nil {
@@ -50,7 +23,7 @@ func TestWritesAnswerMetadataOnly(t *testing.T) {
 	}
 	before := n.Version
 	if n, err = st.UpdateNode(ctx, n); err != nil || n.Version == before {
-		t.Fatal(err)
+		t.Fatalf("update: version %s after %s, %v; want a new version", n.Version, before, err)
 	}
 	if _, err := st.CreatePool(ctx, store.Pool{Spec: pool4}); err != nil {
 		t.Fatal(err)
@@ -61,12 +34,18 @@ func TestWritesAnswerMetadataOnly(t *testing.T) {
 	if got, err := st.GetNode(ctx, "node-a"); err != nil || got.Version != n.Version || len(got.Handles) != len(n.Handles) {
 		t.Fatalf("node read back: %+v, %v; want version %s and %d handles", got, err, n.Version, len(n.Handles))
 	}
-	if len(rec.answers) != 4 {
-		t.Fatalf("%d write answers recorded, want 4: %q", len(rec.answers), rec.answers)
+	var writes []exchange
+	for _, e := range log.take() {
+		if e.method == http.MethodPost || e.method == http.MethodPut {
+			writes = append(writes, e)
+		}
 	}
-	for _, a := range rec.answers {
-		if !bytes.Contains([]byte(a), []byte(`"kind":"PartialObjectMetadata"`)) || bytes.Contains([]byte(a), []byte(`"spec"`)) {
-			t.Errorf("a write was answered with more than the object's metadata: %s", a)
+	if len(writes) != 4 {
+		t.Fatalf("%d write answers recorded, want 4: %+v", len(writes), writes)
+	}
+	for _, w := range writes {
+		if !strings.Contains(w.answer, `"kind":"PartialObjectMetadata"`) || strings.Contains(w.answer, `"spec"`) {
+			t.Errorf("a write was answered with more than the object's metadata: %s %s: %s", w.method, w.path, w.answer)
 		}
 	}
 }
