@@ -22,20 +22,28 @@ import (
 // server served.
 type costs struct {
 	plugin, agents, apiserver, self time.Duration
-	requests                        float64
-	// byKind splits requests by verb and resource ("POST ipamblocks").
+	// byKind counts requests by verb and resource ("POST ipamblocks").
 	byKind map[string]float64
 }
 
 func (c costs) sub(o costs) costs {
 	d := costs{plugin: c.plugin - o.plugin, agents: c.agents - o.agents, apiserver: c.apiserver - o.apiserver,
-		self: c.self - o.self, requests: c.requests - o.requests, byKind: map[string]float64{}}
+		self: c.self - o.self, byKind: map[string]float64{}}
 	for k, v := range c.byKind {
 		if v -= o.byKind[k]; v != 0 {
 			d.byKind[k] = v
 		}
 	}
 	return d
+}
+
+// requests is the number of resource requests the API server served.
+func (c costs) requests() float64 {
+	var n float64
+	for _, v := range c.byKind {
+		n += v
+	}
+	return n
 }
 
 // total is all the CPU time the phase cost this machine.
@@ -66,7 +74,7 @@ func newMeter(srv *kubetest.Server) (func() costs, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if b, err := srv.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
-			c.requests, c.byKind = resourceRequests(b)
+			c.byKind = resourceRequests(b)
 		}
 		return c
 	}, nil
@@ -95,27 +103,24 @@ func childrenNamed(name string) []int {
 	return pids
 }
 
-// resourceRequests sums apiserver_request_total over series with a
-// non-empty resource label, in all and by verb and resource.
-func resourceRequests(metrics []byte) (float64, map[string]float64) {
-	var sum float64
+// resourceRequests counts apiserver_request_total by verb and resource,
+// over series with a non-empty resource label.
+func resourceRequests(metrics []byte) map[string]float64 {
 	byKind := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(metrics))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `,resource="`) && !strings.Contains(line, `{resource="`) ||
-			strings.Contains(line, `,resource=""`) || strings.Contains(line, `{resource=""`) {
+		resource := metricLabel(line, "resource")
+		if !strings.HasPrefix(line, "apiserver_request_total{") || resource == "" {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err == nil {
-			sum += v
-			byKind[metricLabel(line, "verb")+" "+metricLabel(line, "resource")] += v
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			byKind[metricLabel(line, "verb")+" "+resource] += v
 		}
 	}
-	return sum, byKind
+	return byKind
 }
 
 // metricLabel is the value of label name in a Prometheus text line.

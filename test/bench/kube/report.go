@@ -47,7 +47,7 @@ func printRow(r cellResult) {
 	c := r.add.cost
 	fmt.Printf("%-22s %5d %11s %8s %9s %9s %8s %9s %10s %9s %10s %9s %8.1f  %s\n", r.mode, r.conc, fmt.Sprintf("%d/%d", r.add.res.N, r.add.attempts),
 		rate(r.add.res), ms(r.add.res, 50), ms(r.add.res, 99), rate(r.del.res), ms(r.del.res, 50),
-		per(c.plugin), per(c.agents), per(c.apiserver), per(c.self), c.requests/calls, strings.Join(notes, "; "))
+		per(c.plugin), per(c.agents), per(c.apiserver), per(c.self), c.requests()/calls, strings.Join(notes, "; "))
 	if *flagRequests && calls > 0 && len(c.byKind) > 0 {
 		kinds := slices.Sorted(maps.Keys(c.byKind))
 		parts := make([]string, len(kinds))
