@@ -148,7 +148,6 @@ func (s *Store) Close() error {
 
 func (s *Store) full(key string) string { return s.prefix + key }
 
-// decodeKV turns a gateway key-value into a kv.KeyValue under key.
 // decodeKV is a watch event's key-value (the gateway's JSON) as an entry.
 func decodeKV(key string, e keyValue) (kv.KeyValue, error) {
 	v, err := unb64(e.Value)
