@@ -6,36 +6,11 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
-
-// nodeOf returns node name holding one IPv4 /26 of pool4 with handles
-// pods in it, as an agent's node object looks.
-func nodeOf(tb testing.TB, name string, pods int) store.Node {
-	tb.Helper()
-	p := ipam.Pool{Name: "bench", CIDR: netip.MustParsePrefix("10.64.0.0/16"), BlockSize: 25}
-	b := ipam.NewBlock(p, netip.MustParsePrefix("10.64.0.0/25"), name)
-	n := store.Node{Name: name}
-	created := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
-	for i := range pods {
-		id := fmt.Sprintf("c%05d", i)
-		h := ipam.Handle{ID: ipam.HandleID("bench", id, "eth0"), Network: "bench", ContainerID: id, IfName: "eth0", Node: name,
-			NetNS: "/var/run/netns/" + id, Namespace: "bench", Pod: "pod-" + id, PodUID: fmt.Sprintf("8a1c5a3e-0000-4000-8000-%012d", i), Created: created}
-		nb, a, err := b.Assign(p, h.ID)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		b = nb
-		h.IPs = []ipam.HandleIP{{Addr: a, Pool: p.Name, Block: b.CIDR}}
-		n.Handles = append(n.Handles, h)
-	}
-	n.Blocks = []ipam.Block{b}
-	n.Version = "12345"
-	return n
-}
 
 // BenchmarkNodeBody measures building the body of an IPAMNode update (the
 // agent's CPU per ADD, beside the request itself):
@@ -43,8 +18,8 @@ func nodeOf(tb testing.TB, name string, pods int) store.Node {
 //	go test -run '^$' -bench BenchmarkNodeBody ./internal/store/kube/
 func BenchmarkNodeBody(b *testing.B) {
 	s := &Store{names: namer{prefix: "bench"}, prefix: "bench"}
-	for _, pods := range []int{5, 60} {
-		n := nodeOf(b, "node-a", pods)
+	for _, pods := range []int{5, 50} {
+		n := storetest.DualStackNode(b, "node-a", pods)
 		b.Run(fmt.Sprintf("handles=%d", pods), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -61,7 +36,7 @@ func BenchmarkNodeBody(b *testing.B) {
 // nonce, fresh each time), for every kind's spec.
 func TestObjectBodySplice(t *testing.T) {
 	s := &Store{names: namer{prefix: "p1"}, prefix: "p1"}
-	n := nodeOf(t, "node-a", 3)
+	n := storetest.DualStackNode(t, "node-a", 3)
 	_, nodeBody, err := s.nodeBody(n)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 func testNodeConcurrentAllocations(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	const writers, each = 6, 5
-	if _, err := s.CreateNode(ctx, dualStackNode(t, "node-a", 0)); err != nil {
+	if _, err := s.CreateNode(ctx, DualStackNode(t, "node-a", 0)); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -100,7 +100,7 @@ func testListNodesLendsTo(t *testing.T, s store.Store) {
 	borrowers := []string{"node-b", "node-b2", "Node-B", long, long[:store.MaxNameBytes-1] + "c"}
 	var lenders []store.Node
 	for i, borrower := range borrowers {
-		n := dualStackNode(t, fmt.Sprintf("lender-%d", i), 1)
+		n := DualStackNode(t, fmt.Sprintf("lender-%d", i), 1)
 		h := handle(borrower, "borrowed")
 		assign(t, &n, families[i%2].pool, families[i%2].pool.BlockAt(1), &h)
 		n.Handles = append(n.Handles, h)
@@ -111,7 +111,7 @@ func testListNodesLendsTo(t *testing.T, s store.Store) {
 		}
 		lenders = append(lenders, created)
 	}
-	_, err := s.CreateNode(ctx, dualStackNode(t, "node-b", 3)) // the borrower's own object lends nothing
+	_, err := s.CreateNode(ctx, DualStackNode(t, "node-b", 3)) // the borrower's own object lends nothing
 	noErr(t, err, "CreateNode")
 	names := func(ns []store.Node) []string {
 		var out []string
@@ -161,7 +161,7 @@ func testListNodesAll(t *testing.T, s store.Store) {
 	}
 	var want []store.Node
 	for _, name := range []string{"c", "a", "b"} {
-		n, err := s.CreateNode(ctx, dualStackNode(t, name, 2))
+		n, err := s.CreateNode(ctx, DualStackNode(t, name, 2))
 		noErr(t, err, "CreateNode")
 		want = append(want, n)
 	}

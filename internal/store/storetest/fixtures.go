@@ -92,10 +92,11 @@ func release(t testing.TB, n *store.Node, id string) {
 	}
 }
 
-// dualStackNode builds a node object with one block of each family and
-// pods handles, each holding one address of each family. Two handles are
-// released again so that the free queues are not in address order.
-func dualStackNode(t testing.TB, name string, pods int) store.Node {
+// DualStackNode builds a node object with one block of each family and
+// pods handles, each holding one address of each family (60 at most). Two
+// handles are released again so that the free queues are not in address
+// order. Other packages' tests and benchmarks use it as a typical node.
+func DualStackNode(t testing.TB, name string, pods int) store.Node {
 	t.Helper()
 	n := store.Node{Name: name}
 	for _, f := range families {

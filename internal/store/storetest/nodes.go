@@ -17,7 +17,7 @@ import (
 // borrowers and of attachments whose ID does not spell them.
 func testNodeRoundTrip(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	n := dualStackNode(t, "node-a", 5)
+	n := DualStackNode(t, "node-a", 5)
 	// A borrower's dual-stack record.
 	b := handle("node-b", "borrowed")
 	for _, f := range families {
@@ -65,7 +65,7 @@ func testNodeLifecycle(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	_, err := s.GetNode(ctx, "node-a")
 	wantErr(t, err, store.ErrNotFound, "GetNode before create")
-	n := dualStackNode(t, "node-a", 2)
+	n := DualStackNode(t, "node-a", 2)
 	created, err := s.CreateNode(ctx, n)
 	noErr(t, err, "CreateNode")
 	_, err = s.CreateNode(ctx, n)
@@ -114,7 +114,7 @@ func testNodeLifecycle(t *testing.T, s store.Store) {
 // matches the object created again under its name (no ABA).
 func testNodeVersionAfterRecreate(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	n := dualStackNode(t, "node-a", 1)
+	n := DualStackNode(t, "node-a", 1)
 	first, err := s.CreateNode(ctx, n)
 	noErr(t, err, "CreateNode")
 	noErr(t, s.DeleteNode(ctx, first), "DeleteNode")
@@ -132,7 +132,7 @@ func testNodeVersionAfterRecreate(t *testing.T, s store.Store) {
 // writes holders' objects as a fence that way.
 func testNodeUnchangedUpdate(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	created, err := s.CreateNode(ctx, dualStackNode(t, "node-a", 2))
+	created, err := s.CreateNode(ctx, DualStackNode(t, "node-a", 2))
 	noErr(t, err, "CreateNode")
 	same, err := s.UpdateNode(ctx, created)
 	noErr(t, err, "UpdateNode unchanged")
@@ -157,13 +157,13 @@ func testNodeNames(t *testing.T, s store.Store) {
 	long := strings.Repeat("n", store.MaxNameBytes)
 	names := []string{"Node_1", "node-1", "node--1", "node.1", "NODE-1", long, long[:store.MaxNameBytes-1] + "x", "host:8080", "ünï"}
 	for i, name := range names {
-		_, err := s.CreateNode(ctx, dualStackNode(t, name, i%3))
+		_, err := s.CreateNode(ctx, DualStackNode(t, name, i%3))
 		noErr(t, err, "CreateNode "+name)
 	}
 	for i, name := range names {
 		got, err := s.GetNode(ctx, name)
 		noErr(t, err, "GetNode "+name)
-		sameNode(t, got, dualStackNode(t, name, i%3), "GetNode "+name)
+		sameNode(t, got, DualStackNode(t, name, i%3), "GetNode "+name)
 	}
 	all, err := s.ListNodes(ctx, store.NodeSelector{})
 	noErr(t, err, "ListNodes")
@@ -180,7 +180,7 @@ func testNodeNames(t *testing.T, s store.Store) {
 // refused with ErrInvalid before anything is written.
 func testNodeInvalid(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	good := dualStackNode(t, "node-a", 2)
+	good := DualStackNode(t, "node-a", 2)
 	cases := []struct {
 		name string
 		edit func(n *store.Node)
