@@ -48,6 +48,9 @@ type cellResult struct {
 	del   phase
 	dups  int // addresses handed out twice within the cell
 	clean string
+	// unsettled names the phases that started before the machine was
+	// idle (settle gave up).
+	unsettled []string
 }
 
 // nodeName is the node of the n-th of the -nodes nodes.
@@ -61,12 +64,20 @@ func podArgs(id string) string {
 // runCell runs n ADD processes of m, conc at a time, attachment i on node
 // i mod nodes, bounded by timeout; then (with del) DELs every attachment
 // whose ADD succeeded, at the same concurrency and bound, and runs m's
-// cleanup.
-func runCell(ctx context.Context, m *mode, cell, conc, n, nodes int, timeout time.Duration, del bool) (cellResult, error) {
+// cleanup. With warm, one ADD and DEL per node go first, unmeasured: the
+// pool exists and each node holds its block, as in a cluster that has
+// run pods before (without, the cell's first ADD on each node claims its
+// block and the first ones create the pool).
+func runCell(ctx context.Context, m *mode, cell, conc, n, nodes int, timeout time.Duration, del, warm bool) (cellResult, error) {
 	r := cellResult{mode: m.name, conc: conc}
 	call, err := m.prepare(ctx, cell)
 	if err != nil {
 		return r, fmt.Errorf("%s: prepare cell %d: %w", m.name, cell, err)
+	}
+	if warm {
+		if err := warmNodes(ctx, m, call, cell, nodes, timeout); err != nil {
+			return r, err
+		}
 	}
 	ids := make([]string, n)
 	for i := range ids {
@@ -75,6 +86,9 @@ func runCell(ctx context.Context, m *mode, cell, conc, n, nodes int, timeout tim
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var added []int
+	if !settle(ctx) {
+		r.unsettled = append(r.unsettled, "ADD")
+	}
 	r.add = runPhase(ctx, m.bin, "ADD", conc, timeout, len(ids), func(i int) cnirun.Call {
 		return call(i%nodes, ids[i])
 	}, func(i int, out cnirun.Output) error {
@@ -96,6 +110,9 @@ func runCell(ctx context.Context, m *mode, cell, conc, n, nodes int, timeout tim
 	if !del {
 		return r, nil
 	}
+	if !settle(ctx) {
+		r.unsettled = append(r.unsettled, "DEL")
+	}
 	r.del = runPhase(ctx, m.bin, "DEL", conc, timeout, len(added), func(j int) cnirun.Call {
 		i := added[j]
 		return call(i%nodes, ids[i])
@@ -106,6 +123,21 @@ func runCell(ctx context.Context, m *mode, cell, conc, n, nodes int, timeout tim
 		}
 	}
 	return r, nil
+}
+
+// warmNodes runs one ADD on each of the cell's nodes, then its DEL,
+// unmeasured; any failure is an error.
+func warmNodes(ctx context.Context, m *mode, call callFunc, cell, nodes int, timeout time.Duration) error {
+	id := func(node int) string { return fmt.Sprintf("c%d-warm%02d", cell, node) }
+	each := func(i int) cnirun.Call { return call(i, id(i)) }
+	ok := func(int, cnirun.Output) error { return nil }
+	for _, verb := range []string{"ADD", "DEL"} {
+		p := runPhase(ctx, m.bin, verb, min(nodes, 8), timeout, nodes, each, ok)
+		if p.res.N != nodes {
+			return fmt.Errorf("%s: cell %d: warm-up %s on %d nodes: %d succeeded, first error: %s", m.name, cell, verb, nodes, p.res.N, p.firstErr)
+		}
+	}
+	return nil
 }
 
 // runPhase runs count calls of verb, conc processes at a time, until all

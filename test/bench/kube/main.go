@@ -20,7 +20,13 @@
 // unique container ID and pod (CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME)
 // per call; then a DEL of every attachment that was added. Each cell has
 // a fresh partition (ipkeeper: prefix; whereabouts: a /16 of its own,
-// whose IPPool is deleted afterwards), so cells are independent. A cell
+// whose IPPool is deleted afterwards), so cells are independent. Before
+// its measured ADDs a cell runs one ADD and DEL per node, unmeasured: the
+// pool exists and each node holds its block, as in a cluster that has
+// run pods before (-cold skips that; without -cold, one extra cold cell of
+// the agent at concurrency 8 shows what the first ADDs on fresh nodes
+// cost). Each phase starts once the machine is idle (settle), so that no
+// cell pays for the previous one's trailing work. A cell
 // gets -cell-timeout per phase; one that crawls is cut off and prints what
 // was done. Then the goal ratios, and -goal-adds ADDs over the nodes on
 // the kubernetes datastore at the concurrency that had the best ADD/s (in
@@ -41,6 +47,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +68,7 @@ var (
 	flagWAVersion   = flag.String("whereabouts-version", "v0.9.2", "whereabouts module version")
 	flagWABin       = flag.String("whereabouts", "", "whereabouts binary (default: built from the module into the cache)")
 	flagRequests    = flag.Bool("requests", false, "print each cell's API requests per ADD by verb and resource")
+	flagCold        = flag.Bool("cold", false, "measure every cell on fresh nodes and a fresh pool (each node's first ADD claims its block), instead of warming each cell's nodes first; without it one extra cold cell of the agent at concurrency 8 is run")
 	flagFloor       = flag.Bool("floor", true, "also measure the floor: CPU of an empty exec, of the plugin's VERSION, of one IPAMNode write")
 	flagModes       = flag.String("modes", modeKube+","+modeAgent+","+modeEtcd+",whereabouts",
 		"comma-separated modes to run (a name, or its first word); also: "+modeKubeDirect)
@@ -171,14 +179,18 @@ func main() {
 	for _, m := range modes {
 		fmt.Printf("%s: %s\n", m.name, m.about)
 	}
-	fmt.Printf("%d ADDs per cell over %d nodes, then DEL of each; cell phase limit %v; %d CPUs, load %s\n\n",
-		*flagN, *flagNodes, *flagCellTimeout, runtime.NumCPU(), strings.Join(strings.Fields(string(la))[:3], " "))
+	warmth := "each node warmed by one unmeasured ADD and DEL"
+	if *flagCold {
+		warmth = "fresh nodes and pool (-cold)"
+	}
+	fmt.Printf("%d ADDs per cell over %d nodes (%s), then DEL of each; cell phase limit %v; %d CPUs, load %s\n\n",
+		*flagN, *flagNodes, warmth, *flagCellTimeout, runtime.NumCPU(), strings.Join(strings.Fields(string(la))[:3], " "))
 
 	// Warm the page cache and each backend's first connection: a few
 	// unmeasured calls per mode.
 	cell := 0
 	for _, m := range modes {
-		r, err := runCell(ctx, m, cell, 1, 2, *flagNodes, *flagCellTimeout, true)
+		r, err := runCell(ctx, m, cell, 1, 2, *flagNodes, *flagCellTimeout, true, false)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -192,7 +204,7 @@ func main() {
 	for _, c := range concs {
 		for _, m := range modes {
 			cell++
-			r, err := runCell(ctx, m, cell, c, *flagN, *flagNodes, *flagCellTimeout, true)
+			r, err := runCell(ctx, m, cell, c, *flagN, *flagNodes, *flagCellTimeout, true, !*flagCold)
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -203,7 +215,18 @@ func main() {
 			results[m.name][c] = r
 		}
 	}
-	printGoals(results, waName, concs)
+	var cold *cellResult
+	if i := slices.IndexFunc(modes, func(m *mode) bool { return m.name == modeAgent }); i >= 0 && !*flagCold && slices.Contains(concs, 8) {
+		cell++
+		r, err := runCell(ctx, modes[i], cell, 8, *flagN, *flagNodes, *flagCellTimeout, true, false)
+		if err != nil {
+			log.Fatal(err)
+		}
+		r.mode += ", cold"
+		printRow(r)
+		cold = &r
+	}
+	printGoals(results, waName, concs, cold)
 
 	for _, name := range []string{modeKube, modeAgent} {
 		kube := results[name]
@@ -223,7 +246,7 @@ func main() {
 				km = m
 			}
 		}
-		r, err := runCell(ctx, km, cell, best, *flagGoalAdds, *flagNodes, *flagGoalTimeout, false)
+		r, err := runCell(ctx, km, cell, best, *flagGoalAdds, *flagNodes, *flagGoalTimeout, false, false)
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -42,6 +42,10 @@ func printRow(r cellResult) {
 	if r.clean != "" {
 		notes = append(notes, "cleanup: "+r.clean)
 	}
+	if len(r.unsettled) > 0 {
+		notes = append(notes, fmt.Sprintf("%s started on a busy machine (not %.0f%% idle within %v)",
+			strings.Join(r.unsettled, ", "), settleIdle*100, settleMax))
+	}
 	calls := float64(r.add.res.N + r.add.failed)
 	per := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000/calls) }
 	c := r.add.cost
@@ -88,7 +92,7 @@ func ms(r latency.Result, p float64) string {
 }
 
 // printGoals prints issue 9's ratios from the cells that ran.
-func printGoals(results map[string]map[int]cellResult, waName string, concs []int) {
+func printGoals(results map[string]map[int]cellResult, waName string, concs []int, cold *cellResult) {
 	fmt.Println("\ngoals:")
 	etcd, wa := results[modeEtcd], results[waName]
 	for _, name := range []string{modeKube, modeAgent} {
@@ -99,6 +103,10 @@ func printGoals(results map[string]map[int]cellResult, waName string, concs []in
 		if wa != nil && slices.Contains(concs, 8) {
 			k, w := kube[8].add.res.Rate(), wa[8].add.res.Rate()
 			fmt.Printf("  ADD/s at concurrency 8, %s / %s: %.1f / %.1f = %.1fx (goal >= 20x)\n", name, waName, k, w, k/w)
+			if name == modeAgent && cold != nil {
+				k := cold.add.res.Rate()
+				fmt.Printf("    the same on fresh nodes and a fresh pool (%s): %.1f / %.1f = %.1fx\n", cold.mode, k, w, k/w)
+			}
 		} else {
 			fmt.Printf("  ADD/s ratio of %s to whereabouts at concurrency 8: not measured (needs both modes and -conc with 8)\n", name)
 		}
