@@ -52,8 +52,8 @@ func procBench(ctx context.Context, ep string) {
 				filepath.Join(tmp, "hl-"+run))
 		}},
 	}
-	// With a baseline, each of its rows runs right before the current
-	// plugin's row of the same datastore, so that both see the machine
+	// With a baseline, each of its concurrent runs comes right before the
+	// current plugin's of the same datastore, so that both see the machine
 	// alike.
 	if *flagBaseline != "" {
 		plugins = append(plugins, local(*flagBaseline, "baseline local"))
@@ -82,26 +82,33 @@ func procBench(ctx context.Context, ep string) {
 	fmt.Printf("%-24s %9s %9s %9s %14s %12s\n", "", "p50", "p90", "p99", "seq ADD/s", "16-conc ADD/s")
 	rates := map[string]float64{}
 	p50s, seqs := map[string]time.Duration{}, map[string]float64{}
-	for _, p := range plugins {
-		conf := p.conf("seq")
-		var lats []time.Duration
-		t0 := time.Now()
-		for i := range *flagSeq {
-			d, err := run(p.bin, conf, fmt.Sprintf("seq%04d", i))
+	// The sequential ADDs of all plugins take turns (ADD i of each, then
+	// ADD i+1), so that a change in the machine's speed meets them all
+	// alike; a plugin's rate is its ADDs over the time they took.
+	seqLats := make([][]time.Duration, len(plugins))
+	for i := range *flagSeq {
+		for j, p := range plugins {
+			d, err := run(p.bin, p.conf("seq"), fmt.Sprintf("seq%04d", i))
 			if err != nil {
 				log.Fatalf("%s ADD: %v", p.name, err)
 			}
-			lats = append(lats, d)
+			seqLats[j] = append(seqLats[j], d)
 		}
-		seq := latency.Result{N: len(lats), Wall: time.Since(t0), Lat: lats}
-		conf = p.conf("conc")
+	}
+	for j, p := range plugins {
+		var took time.Duration
+		for _, d := range seqLats[j] {
+			took += d
+		}
+		seq := latency.Result{N: len(seqLats[j]), Wall: took, Lat: seqLats[j]}
+		conf := p.conf("conc")
 		var wg sync.WaitGroup
 		next := make(chan int, *flagConc)
 		for i := range *flagConc {
 			next <- i
 		}
 		close(next)
-		t0 = time.Now()
+		t0 := time.Now()
 		for range 16 {
 			wg.Go(func() {
 				for i := range next {
