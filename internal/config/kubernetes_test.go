@@ -60,3 +60,23 @@ func TestKubernetesKeyRejects(t *testing.T) {
 		{"usePodCidr without either v4", k(`{"kubeconfig": null}`, `[[{"subnet": "usePodCidr"}]]`), "ipam.kubernetes.kubeconfig", []string{"is missing"}},
 	})
 }
+
+// TestWhereaboutsConfigWithAgent: a whereabouts config keeps its state in
+// the Kubernetes API with the kubeconfig its kubernetes object names, and
+// an agentSocket added beside that kubeconfig hands its verbs to the node's
+// agent (the README's drop-in advice), IPv4 and IPv6 alike.
+func TestWhereaboutsConfigWithAgent(t *testing.T) {
+	for _, rng := range []string{"10.1.0.0/24", "fd01::/64"} {
+		t.Run(rng, func(t *testing.T) {
+			got, err := parse(conf(`{"type": "whereabouts", "range": "`+rng+`",
+				"kubernetes": {"kubeconfig": "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig", "agentSocket": "/run/ipkeeper/agent.sock"}}`), testEnv(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Datastore.Type != DatastoreKubernetes || got.Datastore.Kubeconfig != "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig" ||
+				got.AgentSocket != "/run/ipkeeper/agent.sock" {
+				t.Fatalf("datastore %+v, agentSocket %q; want kubernetes with the whereabouts kubeconfig, and the socket", got.Datastore, got.AgentSocket)
+			}
+		})
+	}
+}
