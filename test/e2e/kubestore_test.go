@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -196,8 +197,9 @@ func withValid(t *testing.T, conf []byte, valid []types.GCAttachment) []byte {
 // plugin hands its verbs on the kubernetes datastore to the node's
 // ipkeeper-agent (real binaries, the node ServiceAccount's RBAC): a
 // plugin with no ipkeeper-kube beside it allocates, repeats, checks,
-// reports status, collects and releases through the agent; a config of
-// another node is refused with 7; once the agent is killed the plugin
+// reports status, collects and releases through the agent, and so does a
+// whereabouts config that names the socket; a config of another node is
+// refused with 7; once the agent is killed the plugin
 // falls back to ipkeeper-kube (11 naming it when it is missing).
 func TestKubernetesDatastoreAgent(t *testing.T) {
 	needIpkeeper(t)
@@ -290,6 +292,30 @@ func TestKubernetesDatastoreAgent(t *testing.T) {
 		t.Fatalf("handles after GC keeping c1: %v", got)
 	}
 	wantCNIError(t, "ADD of another node's config through node-a's agent", run(lone, "ADD", "b1", conf("node-b")), types.ErrInvalidNetworkConfig)
+
+	// A whereabouts config as it comes (no nodeName: the node is
+	// $NODENAME) with the agent's socket beside its kubeconfig: served by
+	// the agent, since this plugin has no ipkeeper-kube beside it.
+	wb := mustJSON(t, map[string]any{"cniVersion": "1.1.0", "name": "wb", "type": "macvlan",
+		"ipam": map[string]any{"type": "whereabouts", "range": "10.73.0.0/24",
+			"kubernetes": map[string]any{"kubeconfig": kc, "agentSocket": agent.Socket}}})
+	for _, verb := range []string{"ADD", "DEL"} {
+		call := directCall(verb, "w1", wb)
+		call.Env = []string{"NODENAME=node-a"}
+		out, err := cnirun.Run(ctxT(t), lone, call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.ExitCode != 0 {
+			t.Fatalf("%s of a whereabouts config through the agent:\n%v\nagent log:\n%s", verb, out, agent.Log())
+		}
+		if verb != "ADD" {
+			continue
+		}
+		if got := parseResult(t, "1.1.0", out.Stdout); len(got.IPs) != 1 || !netip.MustParsePrefix("10.73.0.0/24").Contains(netip.MustParseAddr(got.IPs[0].Address.IP.String())) {
+			t.Fatalf("ADD of a whereabouts config of 10.73.0.0/24 through the agent: %v", got.IPs)
+		}
+	}
 
 	agent.Kill()
 	if e := wantCNIError(t, "ADD with the agent killed and no ipkeeper-kube", run(lone, "ADD", "c3", conf("node-a")), types.ErrTryAgainLater); !strings.Contains(e.Msg, "ipkeeper-kube") {
