@@ -58,11 +58,29 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// fixture creates, on the shared API server, namespace ns (annotated),
-// node-<ns>-a (dual-stack pod CIDRs, labels), node-<ns>-b (IPv6 only)
-// and a pod on each, and returns the node ServiceAccount's kubeconfig.
-func fixture(t *testing.T, ns string) (kubeconfig string, pods map[string]*corev1.Pod) {
+// fixed is what fixture made: a namespace, its two nodes, the pods on
+// them by name, and the node ServiceAccount's kubeconfig.
+type fixed struct {
+	ns, nodeA, nodeB, kubeconfig string
+	pods                         map[string]*corev1.Pod
+}
+
+// fixtures counts the fixtures made of each name in this process, so that
+// a test run again (go test -count) gets fresh names: a namespace cannot
+// be made again on an API server without a namespace controller.
+var fixtures = map[string]int{}
+
+// fixture creates, on the shared API server, namespace ns (annotated; a
+// suffix when the name was used before in this process), node-<ns>-a
+// (dual-stack pod CIDRs, labels), node-<ns>-b (IPv6 only) and a pod on
+// each.
+func fixture(t *testing.T, name string) fixed {
 	t.Helper()
+	fixtures[name]++
+	ns := name
+	if n := fixtures[name]; n > 1 {
+		ns = fmt.Sprintf("%s-%d", name, n)
+	}
 	s := kubetest.Require(t, srv)
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -83,8 +101,8 @@ func fixture(t *testing.T, ns string) (kubeconfig string, pods map[string]*corev
 			t.Fatal(err)
 		}
 	}
-	pods = map[string]*corev1.Pod{}
-	for name, p := range map[string]struct {
+	pods := map[string]*corev1.Pod{}
+	for pod, p := range map[string]struct {
 		node string
 		ann  map[string]string
 	}{
@@ -92,9 +110,10 @@ func fixture(t *testing.T, ns string) (kubeconfig string, pods map[string]*corev
 		"web-6": {"node-" + ns + "-a", map[string]string{podinfo.CalicoIPv6Pools: `["fd00:244:1::/64"]`}},
 		"far-6": {"node-" + ns + "-b", map[string]string{podinfo.AnnotationIPAddrs: `["fd00:244:2::9"]`}},
 	} {
-		pods[name] = createPod(t, cs, ns, name, p.node, p.ann)
+		pods[pod] = createPod(t, cs, ns, pod, p.node, p.ann)
 	}
-	return s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"), pods
+	return fixed{ns: ns, nodeA: "node-" + ns + "-a", nodeB: "node-" + ns + "-b",
+		kubeconfig: s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"), pods: pods}
 }
 
 func createPod(t *testing.T, cs kubernetes.Interface, ns, name, node string, ann map[string]string) *corev1.Pod {
@@ -122,8 +141,9 @@ func ctxT(t testing.TB) context.Context {
 // without ever answering another UID, refuses other nodes, and keeps its
 // socket private.
 func TestAgentProcess(t *testing.T) {
-	kc, pods := fixture(t, "proc")
-	nodeA, nodeB := "node-proc-a", "node-proc-b"
+	f := fixture(t, "proc")
+	kc, pods, ns := f.kubeconfig, f.pods, f.ns
+	nodeA, nodeB := f.nodeA, f.nodeB
 	a := agenttest.Start(t, agentBin, kc, nodeA, true)
 	b := agenttest.Start(t, agentBin, kc, nodeB, true)
 	direct, err := podinfo.NewFromKubeconfig(kc)
@@ -148,17 +168,17 @@ func TestAgentProcess(t *testing.T) {
 			{"no pod: the node only, IPv6", b, "", ""},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				ns := "proc"
+				podNS := ns
 				if tc.pod == "" {
-					ns = ""
+					podNS = ""
 				}
 				c := podinfo.NewAgentClient(tc.agent.Socket)
 				defer c.Close()
-				got, err := c.Lookup(ctx, ns, tc.pod, tc.uid, tc.agent.Node)
+				got, err := c.Lookup(ctx, podNS, tc.pod, tc.uid, tc.agent.Node)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, err := direct.Lookup(ctx, ns, tc.pod, tc.agent.Node)
+				want, err := direct.Lookup(ctx, podNS, tc.pod, tc.agent.Node)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -179,25 +199,25 @@ func TestAgentProcess(t *testing.T) {
 
 	t.Run("recreated pod: never another UID", func(t *testing.T) {
 		cs := srv.Client
-		old := createPod(t, cs, "proc", "again", nodeA, map[string]string{"gen": "1"})
+		old := createPod(t, cs, ns, "again", nodeA, map[string]string{"gen": "1"})
 		c := podinfo.NewAgentClient(a.Socket)
 		defer c.Close()
-		if info, err := c.Lookup(ctx, "proc", "again", string(old.UID), nodeA); err != nil || info.Pod.UID != string(old.UID) {
+		if info, err := c.Lookup(ctx, ns, "again", string(old.UID), nodeA); err != nil || info.Pod.UID != string(old.UID) {
 			t.Fatalf("first pod: %+v, %v", info, err)
 		}
 		zero := int64(0)
-		if err := cs.CoreV1().Pods("proc").Delete(ctx, "again", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, "again", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 			t.Fatal(err)
 		}
-		fresh := createPod(t, cs, "proc", "again", nodeA, map[string]string{"gen": "2"})
+		fresh := createPod(t, cs, ns, "again", nodeA, map[string]string{"gen": "2"})
 		// At once, as a kubelet's ADD: the cache may still hold the old
 		// pod; the answer must be the new one.
-		info, err := c.Lookup(ctx, "proc", "again", string(fresh.UID), nodeA)
+		info, err := c.Lookup(ctx, ns, "again", string(fresh.UID), nodeA)
 		if err != nil || info.Pod.UID != string(fresh.UID) || info.Pod.Annotations["gen"] != "2" {
 			t.Fatalf("new pod: %+v, %v; want UID %s gen 2", info, err, fresh.UID)
 		}
 		for _, uid := range []string{string(old.UID), "00000000-0000-0000-0000-000000000000"} {
-			_, err := c.Lookup(ctx, "proc", "again", uid, nodeA)
+			_, err := c.Lookup(ctx, ns, "again", uid, nodeA)
 			if !errors.Is(err, podinfo.ErrPodNotFound) || !strings.Contains(err.Error(), uid) || !strings.Contains(err.Error(), string(fresh.UID)) {
 				t.Errorf("UID %s: %v, want ErrPodNotFound naming it and the pod's UID %s", uid, err, fresh.UID)
 			}
@@ -213,9 +233,9 @@ func TestAgentProcess(t *testing.T) {
 			want          error
 			mention       []string
 		}{
-			{"another node", "proc", "web-4", nodeB, podinfo.ErrWrongNode, []string{nodeA, nodeB, a.Socket}},
+			{"another node", ns, "web-4", nodeB, podinfo.ErrWrongNode, []string{nodeA, nodeB, a.Socket}},
 			{"node unknown to the agent", "", "", "node-x", podinfo.ErrWrongNode, []string{"node-x"}},
-			{"pod gone", "proc", "gone", nodeA, podinfo.ErrPodNotFound, []string{"pod proc/gone"}},
+			{"pod gone", ns, "gone", nodeA, podinfo.ErrPodNotFound, []string{"pod " + ns + "/gone"}},
 			{"namespace gone", "nope", "web-4", nodeA, podinfo.ErrPodNotFound, []string{"nope"}},
 		} {
 			_, err := c.Lookup(ctx, tc.ns, tc.pod, "", tc.node)
@@ -289,16 +309,16 @@ func TestAgentProcess(t *testing.T) {
 // becomes ready (STATUS reports it), and its lookups are denied as the
 // direct mode's would be.
 func TestAgentWithoutAccess(t *testing.T) {
-	fixture(t, "deny")
+	f := fixture(t, "deny")
 	kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-nobody")
-	p := agenttest.Start(t, agentBin, kc, "node-deny-a", false)
+	p := agenttest.Start(t, agentBin, kc, f.nodeA, false)
 	c := podinfo.NewAgentClient(p.Socket)
 	defer c.Close()
 	ctx := ctxT(t)
 	if err := c.Ready(ctx); !errors.Is(err, podinfo.ErrAgentNotReady) {
 		t.Errorf("Ready: %v, want ErrAgentNotReady", err)
 	}
-	if _, err := c.Lookup(ctx, "deny", "web-4", "", "node-deny-a"); !errors.Is(err, podinfo.ErrDenied) || !strings.Contains(err.Error(), "403") {
+	if _, err := c.Lookup(ctx, f.ns, "web-4", "", f.nodeA); !errors.Is(err, podinfo.ErrDenied) || !strings.Contains(err.Error(), "403") {
 		t.Errorf("Lookup: %v, want ErrDenied (403)", err)
 	}
 	out, err := exec.Command(agentBin, "--probe", "--socket="+p.Socket).CombinedOutput()
@@ -312,7 +332,8 @@ func TestAgentWithoutAccess(t *testing.T) {
 // write to is refused (the agent exits 1 naming it), and nothing is
 // created.
 func TestAgentRefusesUntrustedSocketDir(t *testing.T) {
-	kc, _ := fixture(t, "trust")
+	f := fixture(t, "trust")
+	kc := f.kubeconfig
 	dir, err := os.MkdirTemp("", "ipk-agent-")
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +350,7 @@ func TestAgentRefusesUntrustedSocketDir(t *testing.T) {
 		defer cancel()
 		return exec.CommandContext(ctx, agentBin, args...).CombinedOutput()
 	}
-	out, err := run("--kubeconfig="+kc, "--node-name=node-trust-a", "--socket="+sock)
+	out, err := run("--kubeconfig="+kc, "--node-name="+f.nodeA, "--socket="+sock)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), dir) || !strings.Contains(string(out), "writable by other users") {
 		t.Fatalf("exit %v, want 1 naming %s as writable by others:\n%s", err, dir, out)
@@ -343,7 +364,7 @@ func TestAgentRefusesUntrustedSocketDir(t *testing.T) {
 	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err = run("--kubeconfig="+kc, "--node-name=node-trust-a", "--socket="+file)
+	out, err = run("--kubeconfig="+kc, "--node-name="+f.nodeA, "--socket="+file)
 	if b, _ := os.ReadFile(file); err == nil || string(b) != "keep" || !strings.Contains(string(out), "not a socket") {
 		t.Errorf("over a regular file: %v, file %q\n%s", err, b, out)
 	}
@@ -355,7 +376,8 @@ func TestAgentRefusesUntrustedSocketDir(t *testing.T) {
 // one's), the cache answers when the UID matches, and empty caches fall
 // back to GETs for pod, namespace and node.
 func TestLookupReadsTheAPIOnMiss(t *testing.T) {
-	kc, pods := fixture(t, "miss")
+	f := fixture(t, "miss")
+	kc, pods := f.kubeconfig, f.pods
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
 		t.Fatal(err)
@@ -364,18 +386,18 @@ func TestLookupReadsTheAPIOnMiss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(cs, "node-miss-a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a := New(cs, f.nodeA, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	// Not started: the caches are empty unless the test puts objects in.
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	a.pods = corelisters.NewPodLister(idx)
 	real := pods["web-4"]
-	stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "miss", Name: "web-4", UID: "stale-uid",
+	stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "web-4", UID: "stale-uid",
 		Annotations: map[string]string{podinfo.AnnotationIPAddrs: `["10.244.1.200"]`}}}
 	if err := idx.Add(stale); err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	info, err := a.Lookup(ctx, "miss", "web-4", string(real.UID), "node-miss-a")
+	info, err := a.Lookup(ctx, f.ns, "web-4", string(real.UID), f.nodeA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,12 +408,12 @@ func TestLookupReadsTheAPIOnMiss(t *testing.T) {
 		t.Errorf("namespace %+v node %+v, want them from the API server", info.Namespace, info.Node)
 	}
 	// The UID the cache holds: the cache answers (no GET would give it).
-	info, err = a.Lookup(ctx, "miss", "web-4", "stale-uid", "node-miss-a")
+	info, err = a.Lookup(ctx, f.ns, "web-4", "stale-uid", f.nodeA)
 	if err != nil || info.Pod.Annotations[podinfo.AnnotationIPAddrs] != `["10.244.1.200"]` {
 		t.Errorf("cached UID: %+v, %v; want the cached pod", info, err)
 	}
 	// Absent from cache and API server.
-	if _, err := a.Lookup(ctx, "miss", "none", "", "node-miss-a"); !errors.Is(err, podinfo.ErrPodNotFound) {
+	if _, err := a.Lookup(ctx, f.ns, "none", "", f.nodeA); !errors.Is(err, podinfo.ErrPodNotFound) {
 		t.Errorf("absent pod: %v, want ErrPodNotFound", err)
 	}
 	if a.Ready() {
