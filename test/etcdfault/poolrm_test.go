@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -37,20 +38,27 @@ type backend struct {
 // backendNames are the datastores of TestPoolRemoval.
 var backendNames = []string{"local", "etcd", "kubernetes"}
 
+// backends counts the backends newBackend made in this process.
+var backends int
+
 // newBackend makes a fresh, empty datastore of the named kind for t; fam
 // tells the partitions of the shared etcd and API server apart. The
 // kubernetes one skips t without a kube-apiserver binary (fails it under
 // CI=true).
 func newBackend(t *testing.T, name, fam string) backend {
+	// The etcd and the API server outlive a test run (go test -count):
+	// each backend gets a partition of its own.
+	backends++
+	run := strconv.Itoa(backends)
 	var ds config.Datastore
 	switch name {
 	case "local":
 		ds = config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}
 	case "etcd":
-		ds = config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{shared.Endpoint}, Prefix: "/" + t.Name() + "/" + fam}
+		ds = config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{shared.Endpoint}, Prefix: "/" + t.Name() + "/" + fam + "/" + run}
 	case "kubernetes":
 		srv := kubeServer(t)
-		ds = config.Datastore{Type: config.DatastoreKubernetes, Prefix: "prm-" + fam,
+		ds = config.Datastore{Type: config.DatastoreKubernetes, Prefix: "prm-" + fam + "-" + run,
 			Kubeconfig:  srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"),
 			DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
 		node := ds
