@@ -102,12 +102,20 @@ func (p *Plugin) lookup(ctx context.Context, conf *config.IPAM, namespace, pod, 
 // configured, when it is ready, or when it is not but a kubeconfig lets
 // ADD read the API server directly.
 func (p *Plugin) agentStatus(ctx context.Context, conf *config.IPAM) error {
-	if conf.AgentSocket == "" || p.Pods != nil && p.Pods.Ready() {
+	if conf.AgentSocket == "" {
 		return nil
 	}
-	c := podinfo.NewAgentClient(conf.AgentSocket)
-	defer c.Close()
-	err := c.Ready(ctx)
+	var err error
+	if p.Pods != nil {
+		// This is the agent: its own caches, not a round trip to itself.
+		if !p.Pods.Ready() {
+			err = fmt.Errorf("%w: its caches are not synced", podinfo.ErrAgentNotReady)
+		}
+	} else {
+		c := podinfo.NewAgentClient(conf.AgentSocket)
+		defer c.Close()
+		err = c.Ready(ctx)
+	}
 	if err == nil {
 		return nil
 	}
