@@ -86,9 +86,13 @@ func procBench(ctx context.Context, ep string) {
 	// ADD i+1), so that a change in the machine's speed meets them all
 	// alike; a plugin's rate is its ADDs over the time they took.
 	seqLats := make([][]time.Duration, len(plugins))
+	seqConfs := make([][]byte, len(plugins))
+	for j, p := range plugins {
+		seqConfs[j] = p.conf("seq")
+	}
 	for i := range *flagSeq {
 		for j, p := range plugins {
-			d, err := run(p.bin, p.conf("seq"), fmt.Sprintf("seq%04d", i))
+			d, err := run(p.bin, seqConfs[j], fmt.Sprintf("seq%04d", i))
 			if err != nil {
 				log.Fatalf("%s ADD: %v", p.name, err)
 			}
