@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/safefs"
 )
 
 // Placeholders the installed config list may hold.
@@ -24,17 +26,67 @@ const (
 // configs whose datastore is the Kubernetes API (plugin.KubeBinary).
 const KubeSibling = "ipkeeper-kube"
 
+// install installs the plugin, then the files of refresh. It checks the
+// config dir first, so that a link planted there changes nothing at all.
+func install(o Options, log *slog.Logger) error {
+	conf, err := openHostDir("--cni-conf-dir", o.cniConfDir)
+	if err != nil {
+		return err
+	}
+	err = checkConf(o, conf)
+	_ = conf.Close()
+	if err != nil {
+		return err
+	}
+	if err := installPlugin(o, log); err != nil {
+		return err
+	}
+	return refresh(o, log)
+}
+
 // installPlugin copies the plugin binary and its sibling KubeSibling into
 // the CNI bin dir (0755), the sibling first: a plugin that can be run
-// finds it there.
+// finds it there. A link or anything but a regular file in the place of
+// either is refused before either is copied.
 func installPlugin(o Options, log *slog.Logger) error {
-	for _, b := range []struct{ src, name string }{{o.pluginKube, KubeSibling}, {o.plugin, filepath.Base(o.plugin)}} {
-		changed, err := copyAtomic(b.src, o.cniBinDir, b.name, 0o755)
+	bin, err := openHostDir("--cni-bin-dir", o.cniBinDir)
+	if err != nil {
+		return err
+	}
+	defer bin.Close()
+	plugins := []struct{ src, name string }{{o.pluginKube, KubeSibling}, {o.plugin, filepath.Base(o.plugin)}}
+	for _, b := range plugins {
+		if err := checkFile(bin, b.name); err != nil {
+			return fmt.Errorf("install %s: %w", b.name, err)
+		}
+	}
+	for _, b := range plugins {
+		changed, err := copyAtomic(b.src, bin, b.name, 0o755)
 		if err != nil {
-			return fmt.Errorf("install %s into %s as %s: %w", b.src, o.cniBinDir, b.name, err)
+			return fmt.Errorf("install %s into %s as %s: %w", b.src, bin.Path(), b.name, err)
 		}
 		if changed {
-			log.Info("plugin installed", "path", filepath.Join(o.cniBinDir, b.name))
+			log.Info("plugin installed", "path", bin.Join(b.name))
+		}
+	}
+	return nil
+}
+
+// checkConf refuses, before anything is written, a link or anything but
+// a regular file where the kubeconfig or the config list goes, and a TLS
+// dir that is a link or holds anything but regular files.
+func checkConf(o Options, conf *safefs.Dir) error {
+	for _, n := range []struct{ what, name string }{{"kubeconfig", o.kubeconfigName}, {"config list", o.conflistName}} {
+		if n.name == "" {
+			continue
+		}
+		if err := checkFile(conf, n.name); err != nil {
+			return fmt.Errorf("%s: %w", n.what, err)
+		}
+	}
+	if o.tlsDir != "" {
+		if err := checkTLSDir(conf); err != nil {
+			return fmt.Errorf("TLS dir: %w", err)
 		}
 	}
 	return nil
@@ -44,21 +96,29 @@ func installPlugin(o Options, log *slog.Logger) error {
 // date, in that order: the config names the other two, so they are in
 // place before a runtime can read a config that names them.
 func refresh(o Options, log *slog.Logger) error {
+	conf, err := openHostDir("--cni-conf-dir", o.cniConfDir)
+	if err != nil {
+		return err
+	}
+	defer conf.Close()
+	if err := checkConf(o, conf); err != nil {
+		return err
+	}
 	if o.kubeconfigName != "" {
 		data, err := renderKubeconfig(o)
 		if err != nil {
 			return err
 		}
-		changed, err := writeAtomic(o.cniConfDir, o.kubeconfigName, data, 0o600, nil)
+		changed, err := writeAtomic(conf, o.kubeconfigName, data, 0o600, nil)
 		if err != nil {
 			return fmt.Errorf("write kubeconfig: %w", err)
 		}
 		if changed {
-			log.Info("kubeconfig written", "path", filepath.Join(o.cniConfDir, o.kubeconfigName), "server", o.server)
+			log.Info("kubeconfig written", "path", conf.Join(o.kubeconfigName), "server", o.server)
 		}
 	}
 	if o.tlsDir != "" {
-		if err := syncTLS(o, log); err != nil {
+		if err := syncTLS(o, conf, log); err != nil {
 			return err
 		}
 	}
@@ -71,21 +131,26 @@ func refresh(o Options, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		changed, err := writeAtomic(o.cniConfDir, o.conflistName, data, 0o644, checkConflist)
+		changed, err := writeAtomic(conf, o.conflistName, data, 0o644, checkConflist)
 		if err != nil {
 			return fmt.Errorf("install config list %s: %w", o.conflist, err)
 		}
 		if changed {
-			log.Info("config list installed", "path", filepath.Join(o.cniConfDir, o.conflistName))
+			log.Info("config list installed", "path", conf.Join(o.conflistName))
 		}
 	}
 	return nil
 }
 
 // checkConflist refuses a config list ipkeeper would not accept: a broken
-// config on a node fails every pod's ADD there.
-func checkConflist(path string) error {
-	if _, err := config.LoadFile(path); err != nil {
+// config on a node fails every pod's ADD there. It reads the new file f
+// through its descriptor, not its name.
+func checkConflist(f *os.File) error {
+	p := procPath(f)
+	if _, err := config.LoadFile(p); err != nil {
+		if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), p+": ") {
+			err = inner // the /proc path says nothing to the reader
+		}
 		return fmt.Errorf("refusing to install an invalid config list: %w", err)
 	}
 	return nil
@@ -175,18 +240,23 @@ func renderKubeconfig(o Options) ([]byte, error) {
 	return yaml.Marshal(kc)
 }
 
-// syncTLS makes cniConfDir/tlsDirName hold exactly the files of tlsDir
-// (directory 0700, files 0600).
-func syncTLS(o Options, log *slog.Logger) error {
+// syncTLS makes conf/tlsDirName hold exactly the files of tlsDir
+// (directory 0700, files 0600). checkConf has refused a link in its place
+// or in it.
+func syncTLS(o Options, conf *safefs.Dir, log *slog.Logger) error {
 	files, err := readDirFiles(o.tlsDir)
 	if err != nil {
 		return fmt.Errorf("read --tls-dir: %w", err)
 	}
-	dst := filepath.Join(o.cniConfDir, tlsDirName)
-	if err := os.MkdirAll(dst, 0o700); err != nil {
+	if err := conf.Mkdir(tlsDirName, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if err := os.Chmod(dst, 0o700); err != nil {
+	dst, err := conf.OpenDir(tlsDirName)
+	if err != nil {
+		return fmt.Errorf("TLS dir: %w", err)
+	}
+	defer dst.Close()
+	if err := dst.Chmod(0o700); err != nil {
 		return err
 	}
 	for name, data := range files {
@@ -195,48 +265,21 @@ func syncTLS(o Options, log *slog.Logger) error {
 			return fmt.Errorf("copy TLS file %s: %w", name, err)
 		}
 		if changed {
-			log.Info("TLS file written", "path", filepath.Join(dst, name))
+			log.Info("TLS file written", "path", dst.Join(name))
 		}
 	}
-	have, err := os.ReadDir(dst)
+	have, err := dst.Names()
 	if err != nil {
 		return err
 	}
-	for _, e := range have {
-		if _, keep := files[e.Name()]; !keep {
-			if err := os.RemoveAll(filepath.Join(dst, e.Name())); err != nil {
-				return err
-			}
-			log.Info("stale TLS file removed", "path", filepath.Join(dst, e.Name()))
+	for _, name := range have {
+		if _, keep := files[name]; keep {
+			continue
 		}
+		if err := dst.Remove(name); err != nil {
+			return fmt.Errorf("remove stale TLS file: %w", err)
+		}
+		log.Info("stale TLS file removed", "path", dst.Join(name))
 	}
 	return nil
-}
-
-// uninstall removes what install writes: the plugin and its sibling, the config list, the
-// kubeconfig and the TLS directory. Pods still attached through ipkeeper
-// need the plugin for their DEL, so this runs only when they are gone.
-func uninstall(o Options, log *slog.Logger) error {
-	paths := []string{filepath.Join(o.cniBinDir, filepath.Base(o.plugin)), filepath.Join(o.cniBinDir, KubeSibling)}
-	if o.conflistName != "" {
-		paths = append(paths, filepath.Join(o.cniConfDir, o.conflistName))
-	}
-	if o.kubeconfigName != "" {
-		paths = append(paths, filepath.Join(o.cniConfDir, o.kubeconfigName))
-	}
-	if o.tlsDir != "" {
-		paths = append(paths, filepath.Join(o.cniConfDir, tlsDirName))
-	}
-	var errs []error
-	for _, p := range paths {
-		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err := os.RemoveAll(p); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		log.Info("removed", "path", p)
-	}
-	return errors.Join(errs...)
 }

@@ -6,7 +6,11 @@
 // the kubeconfig, config and TLS files current (the projected token
 // rotates; ConfigMap and Secret updates arrive as new files) until it is
 // stopped. Every file is replaced atomically (write, fsync, rename), so a
-// kubelet or runtime never reads half a file.
+// kubelet or runtime never reads half a file. In the host's dirs it never
+// follows a symbolic link: a link (or anything but a regular file) where
+// one of its files or its TLS dir goes is refused, naming the link, and
+// nothing is changed; the dirs themselves must not be links (see
+// openHostDir).
 //
 // The image holds only static binaries and no shell, so this is a Go
 // program rather than a script. Every flag can also be given as an
@@ -136,10 +140,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		}
 		log.Info("uninstalled; waiting to be stopped")
 	} else {
-		if err := installPlugin(o, log); err != nil {
-			return err
-		}
-		if err := refresh(o, log); err != nil {
+		if err := install(o, log); err != nil {
 			return err
 		}
 		log.Info("installed", "plugin", o.plugin, "cniBinDir", o.cniBinDir, "cniConfDir", o.cniConfDir,
