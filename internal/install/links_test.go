@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/safefs"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // plant is a symbolic link planted where the installer works, pointing
@@ -191,5 +192,62 @@ func TestRefusesOtherPlantedFiles(t *testing.T) {
 				sameState(t, n, before)
 			})
 		}
+	}
+}
+
+// TestRefusesUntrustedHostDirs: a host dir others can write to, a link
+// above it that another user owns, or a TLS dir another user owns (who
+// could swap the key and CA) is refused, naming it, and nothing changes.
+func TestRefusesUntrustedHostDirs(t *testing.T) {
+	testenv.NeedRoot(t) // to give files to another user
+	const other = 4321
+	cases := []struct {
+		name  string
+		plant func(t *testing.T, n *node) string
+		want  string
+	}{
+		{"conf dir writable by others", func(t *testing.T, n *node) string {
+			if err := os.Chmod(n.conf, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			return n.conf
+		}, "is writable by other users"},
+		{"bin dir owned by another user", func(t *testing.T, n *node) string {
+			if err := os.Chown(n.bin, other, other); err != nil {
+				t.Fatal(err)
+			}
+			return n.bin
+		}, "is owned by uid 4321"},
+		{"link above the conf dir owned by another user", func(t *testing.T, n *node) string {
+			etc := filepath.Join(n.host, "etc")
+			if err := os.Rename(etc, filepath.Join(n.host, "real-etc")); err != nil {
+				t.Fatal(err)
+			}
+			symlink(t, "real-etc", etc)
+			if err := os.Lchown(etc, other, other); err != nil {
+				t.Fatal(err)
+			}
+			return etc
+		}, "is owned by uid 4321"},
+		{"TLS dir owned by another user", func(t *testing.T, n *node) string {
+			p := filepath.Join(n.conf, tlsDirName)
+			mkdirAll(t, p)
+			if err := os.Chown(p, other, other); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "is owned by uid 4321"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			p := tc.plant(t, n)
+			before := state(t, n.host, n.victim)
+			logs, err := n.run(t)
+			if !errors.Is(err, safefs.ErrUntrusted) || !strings.Contains(err.Error(), p+" "+tc.want) {
+				t.Fatalf("err = %v, want %q naming %s\n%s", err, tc.want, p, logs)
+			}
+			sameState(t, n, before)
+		})
 	}
 }
