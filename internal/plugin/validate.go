@@ -77,12 +77,23 @@ func Validate(command string, args *skel.CmdArgs) (*config.IPAM, *types.Error) {
 	}
 	conf, err := config.Parse(args.StdinData)
 	if err != nil {
-		if command == "STATUS" {
-			return nil, statusError(err)
-		}
-		return nil, cniError(err)
+		return nil, VerbError(command, err)
 	}
 	return conf, nil
+}
+
+// VerbError is the CNI error the plugin prints when the verb command
+// fails with err (nil for nil), by the plugin's mapping of every layer's
+// errors to CNI codes (STATUS reports "cannot serve ADD now" as 50).
+func VerbError(command string, err error) *types.Error {
+	switch {
+	case err == nil:
+		return nil
+	case command == "STATUS":
+		return statusError(err)
+	default:
+		return cniError(err)
+	}
 }
 
 // checkVariables checks the CNI_* variables as skel does: a malformed
