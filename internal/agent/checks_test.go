@@ -213,6 +213,9 @@ func TestAgentCNIChecks(t *testing.T) {
 		return "K8S_POD_NAMESPACE=" + pod.Namespace + ";K8S_POD_NAME=" + pod.Name + ";K8S_POD_UID=" + string(pod.UID)
 	}
 
+	// A pod of node B in namespace default, which names no pools: an ADD
+	// for it on node A would succeed but for the check of its node.
+	far := createPod(t, srv.Client, "default", "far-"+f.ns, f.nodeB, nil)
 	// Node B holds an address, which another node's DEL or GC would
 	// release.
 	seed := podinfo.NewAgentClient(b.Socket)
@@ -270,11 +273,11 @@ func TestAgentCNIChecks(t *testing.T) {
 		{name: "another node's GC", req: req("GC", "", confB("1.1.0", noList)), wrongNode: true, mention: []string{f.nodeA, f.nodeB}},
 		{name: "another node's STATUS", req: req("STATUS", "", confB("1.1.0", nil)), wrongNode: true, mention: []string{f.nodeA, f.nodeB}},
 		// A pod bound to another node, in this node's config.
-		{name: "ADD of a pod bound to another node", req: with(add, func(r *podinfo.CNIRequest) { r.Args = podArgs(f.pods["far-6"]) }),
-			code: codeConfig, mention: []string{"far-6", f.nodeA, f.nodeB}},
+		{name: "ADD of a pod bound to another node", req: with(add, func(r *podinfo.CNIRequest) { r.Args = podArgs(far) }),
+			code: codeConfig, mention: []string{far.Name, f.nodeA, f.nodeB}},
 		// Configs the agent does not serve.
 		{name: "no agent socket", req: with(add, func(r *podinfo.CNIRequest) {
-			r.Args, r.Stdin = podArgs(f.pods["far-6"]), confA("1.1.0", map[string]any{"kubernetes": nil}, nil)
+			r.Args, r.Stdin = podArgs(far), confA("1.1.0", map[string]any{"kubernetes": nil}, nil)
 		}), code: codeConfig, mention: []string{"agentSocket"}},
 		{name: "local datastore", req: req("ADD", "a1", confA("1.1.0", map[string]any{"datastore": map[string]any{"type": "local", "path": localPath}}, nil)),
 			code: codeConfig, mention: []string{`"local"`, "kubernetes"}},
