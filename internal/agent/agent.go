@@ -10,7 +10,9 @@
 // A pod missing from the cache, or cached with another UID than the one
 // asked for (a kubelet's ADD can come a few milliseconds before the watch
 // event), is read from the API server instead; an answer never carries a
-// pod of another UID. Requests about another node are refused.
+// pod of another UID. Requests about another node, and about a pod that
+// is not bound to the agent's node (its spec.nodeName, as cached or as
+// the API server has it), are refused.
 package agent
 
 import (
@@ -149,15 +151,19 @@ func (a *Agent) Lookup(ctx context.Context, namespace, pod, uid, node string) (*
 }
 
 // pod returns the pod from the cache, or from the API server when the
-// cache lacks it or holds it with another UID.
+// cache lacks it or holds it with another UID. A pod that is not bound to
+// the agent's node is refused (ErrWrongNode): a pod's node never changes
+// once bound, and a kubelet starts only the pods bound to its node, so a
+// request about another node's pod did not come from this node's
+// kubelet. A pod bound so recently that the cache lacks it is read from
+// the API server and served.
 func (a *Agent) pod(ctx context.Context, namespace, name, uid string) (*podinfo.Object, error) {
 	what := "pod " + namespace + "/" + name
 	p, err := a.pods.Pods(namespace).Get(name)
 	miss := "absent"
 	if err == nil {
 		if uid == "" || string(p.UID) == uid {
-			o := object(&p.ObjectMeta)
-			return &o, nil
+			return a.onNode(what, p)
 		}
 		miss = "UID " + string(p.UID)
 	}
@@ -169,8 +175,23 @@ func (a *Agent) pod(ctx context.Context, namespace, name, uid string) (*podinfo.
 	if uid != "" && string(p.UID) != uid {
 		return nil, fmt.Errorf("%w: %s with UID %s: the pod of that name has UID %s", podinfo.ErrPodNotFound, what, uid, p.UID)
 	}
-	o := object(&p.ObjectMeta)
-	return &o, nil
+	return a.onNode(what, p)
+}
+
+// onNode returns the pod's metadata when the pod is bound to the agent's
+// node, else ErrWrongNode naming both nodes.
+func (a *Agent) onNode(what string, p *corev1.Pod) (*podinfo.Object, error) {
+	switch p.Spec.NodeName {
+	case a.node:
+		o := object(&p.ObjectMeta)
+		return &o, nil
+	case "":
+		return nil, fmt.Errorf("%w: %s (UID %s) is not bound to a node; this agent serves the pods bound to node %q",
+			podinfo.ErrWrongNode, what, p.UID, a.node)
+	default:
+		return nil, fmt.Errorf("%w: %s (UID %s) is bound to node %q; this agent serves the pods bound to node %q",
+			podinfo.ErrWrongNode, what, p.UID, p.Spec.NodeName, a.node)
+	}
 }
 
 // namespace returns the namespace from the cache, else the API server.

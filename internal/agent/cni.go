@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
@@ -77,8 +78,11 @@ func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator
 }
 
 // serveCNI runs one forwarded verb: the answer is 200 with what the verb
-// printed or its CNI error; a request for another node is refused
-// (WrongNode), as lookups are.
+// printed or its CNI error. Before the verb touches the API server the
+// request is checked as the plugin checks its input (plugin.Validate: a
+// refusal is the CNI error the plugin would print), a config of another
+// node is refused (WrongNode), as lookups are, and so is a config the
+// agent does not serve (code 7, see served).
 func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if a.cni == nil {
@@ -98,18 +102,54 @@ func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, podinfo.AgentError{Reason: podinfo.ReasonBadRequest, Message: "the request is not a CNI request"})
 		return
 	}
-	if conf, err := config.Parse(req.Stdin); err == nil && conf.NodeName != a.node {
+	args := &skel.CmdArgs{ContainerID: req.ContainerID, Netns: req.NetNS, IfName: req.IfName,
+		Args: req.Args, Path: req.Path, StdinData: req.Stdin}
+	conf, verr := plugin.Validate(req.Command, args)
+	if verr != nil {
+		a.refuseCNI(w, &req, verr)
+		return
+	}
+	if conf.NodeName != a.node {
 		ae, status := podinfo.AgentErrorOf(fmt.Errorf("%w: the agent serves node %q, the config names %q", podinfo.ErrWrongNode, a.node, conf.NodeName))
 		a.log.Warn("cni refused", "command", req.Command, "container", req.ContainerID, "err", ae.Message)
 		writeJSON(w, status, ae)
 		return
 	}
-	out, cerr := a.cni.Serve(req.Command, &skel.CmdArgs{ContainerID: req.ContainerID, Netns: req.NetNS, IfName: req.IfName,
-		Args: req.Args, Path: req.Path, StdinData: req.Stdin})
+	if err := served(conf); err != nil {
+		a.refuseCNI(w, &req, plugin.VerbError(req.Command, err))
+		return
+	}
+	out, cerr := a.cni.Serve(req.Command, args)
 	ans := podinfo.CNIAnswer{Stdout: out}
 	if cerr != nil {
 		ans = podinfo.CNIAnswer{Error: &podinfo.CNIError{Code: cerr.Code, Msg: cerr.Msg, Details: cerr.Details}}
 	}
 	a.log.Debug("cni", "command", req.Command, "container", req.ContainerID, "ifname", req.IfName, "failed", cerr != nil, "duration", time.Since(start))
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// refuseCNI answers a verb the agent does not run with the CNI error e.
+func (a *Agent) refuseCNI(w http.ResponseWriter, req *podinfo.CNIRequest, e *types.Error) {
+	a.log.Warn("cni refused", "command", req.Command, "container", req.ContainerID, "ifname", req.IfName, "code", e.Code, "err", e.Error())
+	writeJSON(w, http.StatusOK, podinfo.CNIAnswer{Error: &podinfo.CNIError{Code: e.Code, Msg: e.Msg, Details: e.Details}})
+}
+
+// served checks that the agent runs verbs for conf: a config the plugin
+// hands over, which names an agent socket (its pod-aware lookups are then
+// the agent's own, never a kubeconfig the request names), on the
+// kubernetes datastore, which the agent reaches with its own credentials
+// in its own cluster (the config's kubeconfig, a path on the host, is not
+// read; any partition is served). A local store at a path the request
+// names, or an etcd cluster, is refused before it is opened. Errors wrap
+// config.ErrInvalid.
+func served(conf *config.IPAM) error {
+	if conf.Datastore.Type != config.DatastoreKubernetes {
+		return fmt.Errorf("%w: the config's datastore is of type %q: ipkeeper-agent serves only the kubernetes datastore "+
+			"(the plugin runs the %s datastore itself and never hands it to the agent)", config.ErrInvalid, conf.Datastore.Type, conf.Datastore.Type)
+	}
+	if conf.AgentSocket == "" {
+		return fmt.Errorf("%w: the config names no agent socket (ipam.kubernetes.agentSocket): ipkeeper-agent serves only "+
+			"the verbs a plugin hands to it, whose config names the socket", config.ErrInvalid)
+	}
+	return nil
 }
