@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -83,6 +84,23 @@ func usablePools(set []string, pools map[string]ipam.Pool, nodeLabels map[string
 		return nil, fmt.Errorf("%w: %s", ErrNoPool, strings.Join(why, "; "))
 	}
 	return out, nil
+}
+
+// confirmUnusable decides again, on the set's pools read past the
+// allocator's cache, that none may be used: a refusal is never decided on
+// a copy that may predate the pool's re-enabling or the cancelling of its
+// removal (the cache's, or a hint file's that each process of the node
+// would take again). It costs a refused allocation a read per pool.
+func (a *StoreAllocator) confirmUnusable(ctx context.Context, set []string, pools map[string]ipam.Pool, nodeLabels map[string]string) ([]ipam.Pool, error) {
+	for _, n := range set {
+		p, err := a.poolMaybeStale(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		a.cachePool(p)
+		pools[n] = p
+	}
+	return usablePools(set, pools, nodeLabels)
 }
 
 func wanted(want []netip.Addr, pools []ipam.Pool) (netip.Addr, bool) {

@@ -91,6 +91,9 @@ func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Ha
 	h.Created = a.Now().UTC()
 	for i, set := range req.Sets {
 		usable, err := usablePools(set, pools, req.Labels)
+		if errors.Is(err, ErrNoPool) {
+			usable, err = a.confirmUnusable(ctx, set, pools, req.Labels)
+		}
 		if err != nil {
 			return ipam.Handle{}, fmt.Errorf("range set %d: %w", i, err)
 		}

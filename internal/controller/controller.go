@@ -16,8 +16,9 @@
 // of other nodes whose block their node's object does not hold (an ADD
 // killed between its claim and its object's write) are taken into the
 // object, empty, once seen so for a grace period (allocator.AdoptClaims).
-// Nothing is released while a watch of the API failed within the grace
-// period or the API cannot be reached, since the caches may then be stale.
+// Nothing is released before the informers have synced, while a watch of
+// the API failed within the grace period, or while the API does not list
+// pods or nodes, since the caches may then be stale.
 //
 // The store offers no watch: the store is read by polling, once per pass
 // (after pod and node events, and every resync period), never per pod.
@@ -271,8 +272,13 @@ func (c *Controller) openStore(ctx context.Context) (store.Store, func(), error)
 	return c.store, func() {}, nil
 }
 
+// ErrNotSynced is a pass's error before the informers have listed pods
+// and nodes: in empty caches every allocation would look leaked.
+var ErrNotSynced = errors.New("the informers have not listed pods and nodes yet")
+
 // Pass runs one reconcile pass and returns when the next one is due for a
-// pending candidate (zero when none is pending).
+// pending candidate (zero when none is pending). Before the informers
+// have synced it does nothing and fails with ErrNotSynced.
 func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	start := c.cfg.Now()
 	defer func() {
@@ -281,6 +287,9 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 			c.m.reconcileErrors.Inc()
 		}
 	}()
+	if !c.view.synced() {
+		return time.Time{}, ErrNotSynced
+	}
 	st, done, err := c.openStore(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("open datastore: %w", err)
@@ -373,14 +382,18 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // stale says why the informers' caches may not be current ("" when they
-// are): a watch failed within the grace period, or the API cannot be
-// reached now (one LIST of at most one node).
+// are): a watch failed within the grace period, or the API does not list
+// nodes or pods now (one LIST of at most one of each: a watch that still
+// runs says nothing of whether the next one could start).
 func (c *Controller) stale(ctx context.Context, now time.Time) string {
 	if c.view.watchErrorSince(now.Add(-c.cfg.LeakGrace)) {
 		return "a watch of pods or nodes failed within the grace period"
 	}
 	if _, err := c.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		return "the API server cannot be reached: " + err.Error()
+		return "the API server does not list nodes: " + err.Error()
+	}
+	if _, err := c.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return "the API server does not list pods: " + err.Error()
 	}
 	return ""
 }
