@@ -66,7 +66,7 @@ func TestOpenWarmADD(t *testing.T) {
 					}
 				}
 				a := allocator.NewStoreAllocator(ts, nil)
-				a.Remember(warmed.Node, warmed.Pools)
+				a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 				before := c.counts()
 				h, err := a.Allocate(ctx, req("node-a", fmt.Sprint("warm", i)))
 				if err != nil {
