@@ -175,7 +175,9 @@ func (d *storeDetector) blocks(n store.Node) {
 				})
 			}
 			if b.InUse() == 0 {
-				f.fix = func(ctx context.Context, s store.Store) ([]Action, error) { return dropForeignBlock(ctx, s, p, held, ref) }
+				f.fix = func(ctx context.Context, s store.Store) ([]Action, error) {
+					return dropForeignBlock(ctx, s, p, held, ref)
+				}
 			}
 			d.add(f)
 		}
