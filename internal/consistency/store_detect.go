@@ -140,7 +140,7 @@ func (d *storeDetector) blocks(n store.Node) {
 		case !claimed && !d.v.claimsBlind(b.Pool):
 			p := base
 			p.Kind = KindBlockWithoutClaim
-			p.Detail = fmt.Sprintf("node object %s holds block %s of pool %s (%d addresses in use), which no claim names: another node could claim it, and node %s hands out none of its addresses until it is claimed", n.Name, b.CIDR, b.Pool, b.InUse(), n.Name)
+			p.Detail = fmt.Sprintf("node object %s holds block %s of pool %s (%d addresses in use), which no claim names: another node could claim it", n.Name, b.CIDR, b.Pool, b.InUse())
 			f := storeFinding{Problem: p}
 			var held store.Node
 			f.look = func(ctx context.Context, s store.Store) (bool, error) {
