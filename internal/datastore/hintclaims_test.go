@@ -134,3 +134,55 @@ func TestForgedHintCostsAConflict(t *testing.T) {
 		})
 	}
 }
+
+// TestHintClaimsReadWithMarker: a hint that lacks a pool the config names
+// is used for the node object alone, and the claims it names are read
+// with the marker and the pools (one Get): the ADD needs no list of the
+// node's claims. A hinted claim that is not the node's any more is not
+// taken.
+func TestHintClaimsReadWithMarker(t *testing.T) {
+	h := newHintTest(t)
+	h.add("node-b", "b0")
+	h.add("node-a", "c0")
+	h.add("node-a", "c1")
+	shared, err := OpenStore(t.Context(), h.ds, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := shared.ListClaims(t.Context(), store.ClaimSelector{Node: "node-b"})
+	_ = shared.Close()
+	if err != nil || len(others) == 0 {
+		t.Fatalf("node-b's claims: %v, %v", others, err)
+	}
+	hint := loadHint(h.path("node-a"), "node-a")
+	if hint == nil || len(hint.Claims) != 2 || len(hint.Pools) != 2 {
+		t.Fatalf("hint %+v; want node-a's two claims and the two pools", hint)
+	}
+	kvs, err := Open(t.Context(), h.ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvs.Close()
+	c := &kvCounter{Store: kvs}
+	partial := *hint
+	partial.Pools = partial.Pools[:1]
+	// node-b's claim, and a claim of a block nobody holds.
+	partial.Claims = append(partial.Claims, kvbacked.ClaimHint{Ref: others[0].BlockRef, Version: others[0].Version},
+		kvbacked.ClaimHint{Ref: store.BlockRef{Pool: osV4.Name, CIDR: osV4.BlockAt(7)}, Version: hint.Claims[0].Version})
+	s, warmed, err := openTyped(t.Context(), c, Warm{Node: "node-a", Pools: []string{osV4.Name, osV6.Name}, Hint: &partial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !warmed.Hinted || len(warmed.Claims) != 2 {
+		t.Fatalf("warmed from a hint of one pool: hinted %v, claims %v; want node-a's two claims", warmed.Hinted, warmed.Claims)
+	}
+	a := allocator.NewStoreAllocator(s, nil)
+	a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
+	if _, err := a.Allocate(t.Context(), hintReq("node-a", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.counts(); got != [3]int{1, 0, 1} {
+		t.Fatalf("ADD with a hint of one pool: %d gets, %d lists, %d transactions; want the open's get and one transaction", got[0], got[1], got[2])
+	}
+	h.want("b0", "c0", "c1", "c2")
+}
