@@ -155,4 +155,3 @@ func reported(r consistency.Report, kind consistency.Kind, node string, ref stor
 	}
 	return false
 }
-
