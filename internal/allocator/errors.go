@@ -35,4 +35,9 @@ var (
 	// interface on the same node, or its addresses do not satisfy the
 	// request exactly. Nothing was changed.
 	ErrTakeoverRefused = errors.New("allocation may not be taken over")
+	// ErrBlockNotClaimed means a node object holds a block that the
+	// cluster's claims do not give to that node (another node's block
+	// written into it, or one no claim names): no address of it is handed
+	// out, and nothing was written. 'ipkeeperctl check' reports the block.
+	ErrBlockNotClaimed = errors.New("block not claimed by the node holding it")
 )

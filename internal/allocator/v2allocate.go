@@ -43,6 +43,9 @@ type allocation struct {
 	lenders map[string]store.Node
 	pools   map[string]ipam.Pool
 	adopted bool
+	// confirmed are the blocks this attempt claimed for the node or read
+	// the node's claim of (the claim guard needs no list for them).
+	confirmed map[store.BlockRef]bool
 	// remembered: own is the copy this process last wrote or was told of,
 	// not read by this attempt. Only an address of its own blocks is taken
 	// from it; anything more returns errRemembered.
@@ -65,12 +68,17 @@ func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Ha
 		if own, err = a.readNode(ctx, node); err != nil {
 			return ipam.Handle{}, err
 		}
-		h, found, err := a.handleOf(ctx, own, id)
+		h, parts, found, err := a.handleParts(ctx, own, id)
 		if err != nil {
 			return ipam.Handle{}, err
 		}
 		if found && len(h.IPs) == len(req.Sets) {
-			return h, nil // ADD is idempotent
+			// ADD is idempotent, for addresses of blocks claimed by the
+			// objects holding them.
+			if err := a.verifyHandle(ctx, own, parts); err != nil {
+				return ipam.Handle{}, err
+			}
+			return h, nil
 		}
 		if found {
 			// What an ADD that stopped between its writes left: release it
@@ -85,7 +93,7 @@ func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Ha
 	if err != nil {
 		return ipam.Handle{}, err
 	}
-	al := &allocation{a: a, node: node, own: own, lenders: map[string]store.Node{}, pools: pools, remembered: hinted}
+	al := &allocation{a: a, node: node, own: own, lenders: map[string]store.Node{}, pools: pools, remembered: hinted, confirmed: map[store.BlockRef]bool{}}
 	h := req.Handle
 	h.IPs = nil
 	h.Created = a.Now().UTC()
@@ -127,6 +135,15 @@ func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Ha
 			}
 		}
 	})
+	if err := a.verifyOwn(ctx, al.own, ownBlocks(al.own, id), al.confirmed); err != nil {
+		if hinted && errors.Is(err, ErrBlockNotClaimed) {
+			// Judged on a remembered copy: judge again on the object as
+			// stored.
+			a.known.Delete(node)
+			return a.allocateOnce(ctx, req)
+		}
+		return ipam.Handle{}, err
+	}
 	for _, l := range lenders {
 		al.own.Loans = append(al.own.Loans, store.Loan{Handle: id, Lender: l})
 	}
@@ -203,6 +220,7 @@ func (al *allocation) takeAny(ctx context.Context, pools []ipam.Pool, h ipam.Han
 			return ipam.HandleIP{}, err
 		}
 		if ok {
+			al.confirmed[store.BlockRef{Pool: p.Name, CIDR: cidr}] = true
 			al.own = nodealloc.AddBlock(al.own, p, cidr)
 			if ip, ok, err := al.take(p, h); err != nil || ok {
 				return ip, err
@@ -259,6 +277,7 @@ func (al *allocation) adoptClaims(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		al.confirmed[c.BlockRef] = true
 		al.own = nodealloc.AddBlock(al.own, p, c.CIDR)
 	}
 	return nil
@@ -291,6 +310,9 @@ func (al *allocation) borrow(ctx context.Context, p ipam.Pool, h ipam.Handle) (i
 			continue
 		}
 		if err != nil {
+			return ipam.HandleIP{}, false, err
+		}
+		if err := al.a.verifyLent(ctx, l, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block}); err != nil {
 			return ipam.HandleIP{}, false, err
 		}
 		al.lenders[l] = n
@@ -336,6 +358,7 @@ func (al *allocation) takeWanted(ctx context.Context, pools []ipam.Pool, want ne
 		case err != nil:
 			return ipam.HandleIP{}, err
 		case c.Node != al.node:
+			// The claim just read names the lender: the block is its.
 			ln, err := al.lender(ctx, c.Node)
 			if err != nil {
 				return ipam.HandleIP{}, fmt.Errorf("%s is in block %s of node %q: %w", want, cidr, c.Node, err)
@@ -347,6 +370,7 @@ func (al *allocation) takeWanted(ctx context.Context, pools []ipam.Pool, want ne
 			al.lenders[c.Node] = n
 			return ip, nil
 		}
+		al.confirmed[ref] = true
 		al.own = nodealloc.AddBlock(al.own, p, cidr)
 	}
 	n, ip, err := nodealloc.TakeAddr(al.own, p, want, h)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,9 @@ type StoreAllocator struct {
 	queues sync.Map // node -> *allocQueue
 	// known holds the last state of node objects read or written.
 	known sync.Map // node -> store.Node
+	// claims holds the blocks each node is known to claim, for the claim
+	// guard (claimguard.go).
+	claims claimsKnown
 	// pools caches pool definitions read for allocations (see
 	// cachedPool); a conflict empties it.
 	pools sync.Map // name -> cachedPool
@@ -76,6 +80,7 @@ func (a *StoreAllocator) retry(ctx context.Context, op string, attempt func() er
 			// What Remember was told came from another time or store.
 			a.known.Clear()
 			a.pools.Clear()
+			a.claims.clear()
 		}
 		return err
 	})
@@ -106,11 +111,20 @@ func (a *StoreAllocator) readNode(ctx context.Context, name string) (store.Node,
 // (datastore.OpenStoreWarm's read with the layout marker): the node object,
 // which the next allocation on it uses as if it had read it (its write
 // still a compare-and-swap on the version read: a change since conflicts
-// and is read), and the pools, cached as if read now. An absent node object
+// and is read), the pools, cached as if read now, and claims of the node,
+// known to hold while the object is at that version (the opener either read
+// them or makes its first write require them). An absent node object
 // (Version "") is not remembered.
-func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool) {
+func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool, claims ...store.Claim) {
 	if n.Name != "" && n.Version != "" {
 		a.known.Store(n.Name, n)
+		blocks := map[store.BlockRef]bool{}
+		for _, c := range claims {
+			if c.Node == n.Name {
+				blocks[c.BlockRef] = true
+			}
+		}
+		a.claims.learn(n.Name, n.Version, blocks)
 	}
 	a.cachePools(pools)
 }
@@ -176,6 +190,7 @@ func (a *StoreAllocator) writeNode(ctx context.Context, n store.Node) (store.Nod
 		}
 		return store.Node{}, storeErr(err)
 	}
+	a.claims.advance(n.Name, n.Version, out.Version)
 	if out.Version == "" {
 		a.known.Delete(n.Name)
 	} else {
@@ -197,10 +212,21 @@ func storeErr(err error) error {
 // its records in the lenders' objects its loans name. It reports false
 // when the node holds neither a record nor a loan of id.
 func (a *StoreAllocator) handleOf(ctx context.Context, own store.Node, id string) (ipam.Handle, bool, error) {
+	h, _, ok, err := a.handleParts(ctx, own, id)
+	return h, ok, err
+}
+
+// handleParts is handleOf that also returns each record assembled, with
+// the object holding it.
+func (a *StoreAllocator) handleParts(ctx context.Context, own store.Node, id string) (ipam.Handle, []ObservedPart, bool, error) {
 	h, ok := own.Handle(id)
 	lenders := own.LendersOf(id)
 	if !ok && len(lenders) == 0 {
-		return ipam.Handle{}, false, nil
+		return ipam.Handle{}, nil, false, nil
+	}
+	var parts []ObservedPart
+	if ok {
+		parts = append(parts, ObservedPart{Object: own.Name, Record: h})
 	}
 	for _, l := range lenders {
 		ln, err := a.store.GetNode(ctx, l)
@@ -208,24 +234,25 @@ func (a *StoreAllocator) handleOf(ctx context.Context, own store.Node, id string
 			continue
 		}
 		if err != nil {
-			return ipam.Handle{}, false, storeErr(err)
+			return ipam.Handle{}, nil, false, storeErr(err)
 		}
 		r, found := ln.Handle(id)
 		if !found || r.Node != own.Name {
 			continue
 		}
+		parts = append(parts, ObservedPart{Object: l, Record: r})
 		if !ok {
 			h, ok = r, true
 			continue
 		}
-		h.IPs = append(h.IPs, r.IPs...)
+		h.IPs = append(slices.Clone(h.IPs), r.IPs...)
 	}
 	if !ok {
 		// Loans without records: what an ADD that stopped between its
 		// writes leaves.
-		return ipam.Handle{ID: id, Node: own.Name}, true, nil
+		return ipam.Handle{ID: id, Node: own.Name}, nil, true, nil
 	}
-	return h, true, nil
+	return h, parts, true, nil
 }
 
 // cachedPool is a pool definition as read at a time.

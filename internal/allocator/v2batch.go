@@ -154,5 +154,8 @@ func (a *StoreAllocator) takeFromKnown(p *pendingAlloc, n store.Node) (store.Nod
 		}
 		h.IPs = append(h.IPs, ip)
 	}
+	if !a.knownClaimed(al.own, h) {
+		return n, ipam.Handle{}, false // the claim guard needs a read
+	}
 	return al.own, h, true
 }

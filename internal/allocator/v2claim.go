@@ -109,7 +109,7 @@ func (a *StoreAllocator) createClaim(ctx context.Context, p ipam.Pool, cidr neti
 	default:
 		return c, nil
 	}
-	if err := a.store.DeleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := a.deleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return store.Claim{}, errors.Join(why, fmt.Errorf("returning the claim of %s: %w", cidr, err))
 	}
 	return store.Claim{}, why

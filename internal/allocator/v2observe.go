@@ -241,6 +241,9 @@ func (a *StoreAllocator) TakeOver(ctx context.Context, req Request, old StoreObs
 		// range sets, as an allocation would.
 		i := slices.IndexFunc(next.Handles, func(r ipam.Handle) bool { return r.ID == h.ID })
 		next.Handles[i].IPs = ips
+		if err := a.verifyOwn(ctx, next, ownBlocks(next, h.ID), nil); err != nil {
+			return err
+		}
 		if _, err := a.writeNode(ctx, next); err != nil {
 			return err
 		}
@@ -294,7 +297,7 @@ func (a *StoreAllocator) FreeNodeBlocks(ctx context.Context, node string) (NodeC
 			if _, held := next.Block(c.BlockRef); held {
 				continue
 			}
-			if err := a.store.DeleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := a.deleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
 			if !slices.Contains(out.Freed, NodeBlock{Pool: c.Pool, Block: c.CIDR}) {

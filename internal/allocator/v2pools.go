@@ -223,7 +223,7 @@ func (a *StoreAllocator) removeMarked(ctx context.Context, name string) error {
 				return err
 			}
 		}
-		if err := a.store.DeleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := a.deleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 	}

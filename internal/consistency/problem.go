@@ -57,7 +57,8 @@ const (
 	KindCorrupt Kind = "corrupt-value"
 	// KindBlockWithoutClaim: a node object holds a block that no claim
 	// names, so another node may claim the block and hand out addresses
-	// this object's records hold.
+	// this object's records hold. The node's allocations hand out none of
+	// its addresses meanwhile (allocator.ErrBlockNotClaimed).
 	//
 	// Repair, when exactly one node object holds the block and no other
 	// block of its pool overlaps it: the claim is
@@ -80,8 +81,16 @@ const (
 	// some node object could not be read.
 	KindClaimWithoutBlock Kind = "claim-without-block"
 	// KindClaimMismatch: a node object holds a block whose claim names
-	// another node. Reported only: the claimant may be an ADD between its
-	// claim and its node write, and either side may hold live addresses.
+	// another node (what an object rewritten with another node's block in
+	// it shows). The object's node hands out none of its addresses
+	// (allocator.ErrBlockNotClaimed).
+	//
+	// Repair, when the object holds no address of the block: the block
+	// leaves that object (compare-and-swap at the version the second look
+	// saw). Nothing is freed — the claimant's object is not touched — and
+	// the node allocates from its own blocks again. Otherwise reported
+	// only: the claimant may be an ADD between its claim and its node
+	// write, and either side may hold live addresses.
 	KindClaimMismatch Kind = "block-claimed-by-other-node"
 	// KindDuplicateBlock: two node objects hold the same block, or blocks
 	// of one pool overlap. Reported only: both may hand out or hold the

@@ -1,10 +1,13 @@
 package consistency
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/allocator/allocatortest"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
@@ -86,6 +89,32 @@ var brokenCases = []brokenCase{
 		},
 		found:     []string{"block-claimed-by-other-node!", "claim-without-block!"},
 		remaining: []string{"block-claimed-by-other-node!", "claim-without-block!"},
+	},
+	{
+		name: "another node's block written into a node object (node credentials)",
+		build: func(t *testing.T, s *kvbacked.Store, p ipam.Pool) {
+			a := newAlloc(s)
+			for _, c := range []ipam.Handle{handle("n2", "c2"), handle("n1", "c1")} {
+				if _, err := a.Allocate(t.Context(), dualReq(c, p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			forged, _ := allocatortest.Steal(t, s, "n1", "n2", blockAt(p, 0))
+			_, err := newAlloc(s).Allocate(t.Context(), dualReq(handle("n1", "c3"), p))
+			if !errors.Is(err, allocator.ErrBlockNotClaimed) {
+				t.Fatalf("ADD on n1 before the repair: %v; want %v", err, allocator.ErrBlockNotClaimed)
+			}
+			if now, err := s.GetNode(t.Context(), "n1"); err != nil || now.Version != forged.Version {
+				t.Fatalf("the refused ADD wrote n1's object: %+v, %v", now, err)
+			}
+		},
+		found: []string{"duplicate-block!", "block-claimed-by-other-node"},
+		after: func(t *testing.T, s *kvbacked.Store, p ipam.Pool) {
+			h, err := newAlloc(s).Allocate(t.Context(), dualReq(handle("n1", "c3"), p))
+			if err != nil || h.IPs[0].Block != blockAt(p, 1).CIDR {
+				t.Fatalf("ADD on n1 after the repair: %+v, %v; want an address of its own block %s", h.IPs, err, blockAt(p, 1))
+			}
+		},
 	},
 	{
 		name: "block held by two node objects",

@@ -164,15 +164,22 @@ func (d *storeDetector) blocks(n store.Node) {
 		case claimed && c.Node != n.Name:
 			p := base
 			p.Kind = KindClaimMismatch
-			p.Detail = fmt.Sprintf("node object %s holds block %s of pool %s (%d addresses in use), but its claim names node %s: if both hand out its addresses, two pods get one; delete the pods of the node that must not hold it, then run check again",
-				n.Name, b.CIDR, b.Pool, b.InUse(), c.Node)
+			p.Detail = fmt.Sprintf("node object %s holds block %s of pool %s (%d addresses in use), but its claim names node %s: node %s hands out none of its addresses (its ADDs fail naming the block); if it was written into the object with node %s's credentials, treat them as compromised; delete the pods of the node that must not hold it, then run check again",
+				n.Name, b.CIDR, b.Pool, b.InUse(), c.Node, n.Name, n.Name)
+			f := storeFinding{Problem: p}
 			var held store.Node
-			d.add(storeFinding{Problem: p, look: func(ctx context.Context, s store.Store) (bool, error) {
+			f.look = func(ctx context.Context, s store.Store) (bool, error) {
 				return sandwich(ctx, nodeReader(s, n.Name, &held, holdsBlock(ref)), func(ctx context.Context) (bool, error) {
 					c, err := s.GetClaim(ctx, ref)
 					return err == nil && c.Node != n.Name, err
 				})
-			}})
+			}
+			if b.InUse() == 0 {
+				f.fix = func(ctx context.Context, s store.Store) ([]Action, error) {
+					return dropForeignBlock(ctx, s, p, held, ref)
+				}
+			}
+			d.add(f)
 		}
 	}
 }

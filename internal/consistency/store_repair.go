@@ -220,3 +220,19 @@ func firstPool(ips []ipam.HandleIP) string {
 	}
 	return ips[0].Pool
 }
+
+// dropForeignBlock takes block ref, which another node's claim names, out
+// of node object n (as the second look read it) while n holds no address
+// of it: nothing is freed (n's node hands out none of its addresses, and
+// the claimant's object is not touched), and n's node allocates from its
+// own blocks again. A block that holds addresses by now is left alone.
+func dropForeignBlock(ctx context.Context, s store.Store, p Problem, n store.Node, ref store.BlockRef) ([]Action, error) {
+	next, err := nodealloc.RemoveBlock(n, ref)
+	if err != nil {
+		return nil, nil
+	}
+	if _, err := writeNode(ctx, s, next); err != nil {
+		return nil, err
+	}
+	return []Action{act(p, fmt.Sprintf("took block %s, which holds no address there and whose claim names another node, out of node object %s", ref, n.Name))}, nil
+}

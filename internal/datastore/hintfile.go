@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,17 +23,26 @@ import (
 // the node: that one then does not read the object (often the largest
 // thing an ADD moves: ~0.3 KB per pod on the node) and writes its change
 // as a compare-and-swap at the hinted version (kvbacked.NodeHint). The
+// file also names the node's claims the process read or made, so that the
+// next one's claim guard (internal/allocator) needs no list of them. The
 // file is read and written under the node lock only. A lost, torn, stale
-// or foreign hint costs a read, never correctness: the hint is taken only
-// from a store with the identity it names and only as the base of a
-// compare-and-swap.
+// or foreign hint costs a read or a conflict, never another node's
+// addresses: the hint is taken only from a store with the identity it
+// names and only as the base of a compare-and-swap, whose transaction
+// also requires every claim the hint names to be the node's, so a hint
+// naming another node's block costs a conflict. What the node object
+// holds at the hinted version is not compared: a hint forged by root on
+// the node into a false state of the node's own blocks can make its next
+// ADD give a pod an address another pod of the same node holds — which
+// root on the node can do anyway, with the node's credentials or in a
+// pod's network namespace (docs/STORAGE.md, "What a node can break").
 //
 // Not on the local file (reading it there costs what decoding the hint
 // costs) nor the Kubernetes API (its node agent keeps the object in
 // memory).
 
 // hintFileVersion is the first line's format tag.
-const hintFileVersion = 2
+const hintFileVersion = 3
 
 // maxHintFileBytes bounds what is read: a node object's limit and room for
 // the header line.
@@ -48,6 +58,14 @@ type hintHeader struct {
 	Node    string        `json:"node"`
 	Version store.Version `json:"version"`
 	Pools   []hintPool    `json:"pools,omitempty"`
+	Claims  []hintClaim   `json:"claims,omitempty"`
+}
+
+// hintClaim is a claim of the node in the hint file's first line.
+type hintClaim struct {
+	Pool    string        `json:"pool"`
+	CIDR    netip.Prefix  `json:"cidr"`
+	Version store.Version `json:"version"`
 }
 
 // hintPool is a pool in the hint file's first line (a pool's stored form
@@ -87,6 +105,9 @@ func loadHint(path, node string) *kvbacked.NodeHint {
 	for _, p := range h.Pools {
 		out.Pools = append(out.Pools, kvbacked.PoolHint{Name: p.Name, Version: p.Version, Value: p.Value})
 	}
+	for _, c := range h.Claims {
+		out.Claims = append(out.Claims, kvbacked.ClaimHint{Ref: store.BlockRef{Pool: c.Pool, CIDR: c.CIDR}, Version: c.Version})
+	}
 	return out
 }
 
@@ -99,6 +120,9 @@ func saveHint(path string, h kvbacked.NodeHint) {
 		if json.Valid(p.Value) {
 			head.Pools = append(head.Pools, hintPool{Name: p.Name, Version: p.Version, Value: p.Value})
 		}
+	}
+	for _, c := range h.Claims {
+		head.Claims = append(head.Claims, hintClaim{Pool: c.Ref.Pool, CIDR: c.Ref.CIDR, Version: c.Version})
 	}
 	line, err := json.Marshal(head)
 	if err != nil || len(line)+1+len(h.Value) > maxHintFileBytes {

@@ -74,7 +74,7 @@ func (h *hintTest) tryAdd(node, container string) (ipam.Handle, Warmed, error) {
 	defer s.Close()
 	a := allocator.NewStoreAllocator(s, nil)
 	if warmed.OK {
-		a.Remember(warmed.Node, warmed.Pools)
+		a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	}
 	got, err := a.Allocate(ctx, hintReqOf(h.v4, node, container))
 	return got, warmed, err
@@ -91,7 +91,7 @@ func (h *hintTest) del(node, container string) Warmed {
 	defer s.Close()
 	a := allocator.NewStoreAllocator(s, nil)
 	if warmed.OK {
-		a.Remember(warmed.Node, warmed.Pools)
+		a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	}
 	if _, err := a.Release(ctx, node, ipam.HandleID("net", container, "eth0")); err != nil {
 		h.t.Fatalf("DEL %s on %s: %v", container, node, err)
@@ -180,7 +180,7 @@ func TestHintReadsNothing(t *testing.T) {
 			}
 		}
 		a := allocator.NewStoreAllocator(s, nil)
-		a.Remember(warmed.Node, warmed.Pools)
+		a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 		if _, err := a.Allocate(t.Context(), hintReq("node-a", container)); err != nil {
 			t.Fatal(err)
 		}

@@ -76,6 +76,12 @@ func cniError(err error) *types.Error {
 		return types.NewError(CodeNoPool, err.Error(), "")
 	case errors.Is(err, allocator.ErrAddrUnavailable):
 		return types.NewError(CodeAddrUnavailable, err.Error(), "")
+	case errors.Is(err, allocator.ErrCorrupt), errors.Is(err, store.ErrCorrupt), errors.Is(err, allocator.ErrBlockNotClaimed):
+		// Stored state that must not be used (a value that fails
+		// validation, a block the cluster's claims do not give to the node
+		// holding it): retrying does not help; 'ipkeeperctl check' reports
+		// it. The message names the object.
+		return types.NewError(types.ErrInternal, err.Error(), "")
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, kv.ErrUnavailable), errors.Is(err, allocator.ErrContended),
 		errors.Is(err, errNoKubeBinary):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")

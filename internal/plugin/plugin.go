@@ -140,7 +140,7 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc, wa
 	}
 	alloc := allocator.NewStoreAllocator(store, p.Log)
 	if warmed.OK {
-		alloc.Remember(warmed.Node, warmed.Pools)
+		alloc.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	}
 	return &session{
 		conf:    conf,

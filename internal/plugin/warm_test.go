@@ -64,9 +64,10 @@ func etcdRPCs(t *testing.T, endpoint string) int {
 // TestADDRoundTripsOnEtcd: a dual-stack ADD on etcd whose node already
 // holds blocks with room costs one request, the write, when the node's
 // hint file holds what the previous process read and wrote (layout
-// marker, identity, pools, node object); without the file it costs two:
-// the open's read of all of these together, and the write. Its DEL
-// likewise.
+// marker, identity, pools, node object, the node's claims); without the
+// file it costs three: the open's read of all but the claims together,
+// the list of the node's claims (the claim guard's), and the write. Its
+// DEL costs one and two (a release checks no claim).
 func TestADDRoundTripsOnEtcd(t *testing.T) {
 	srv := etcdtest.ForTest(t, nil)
 	locks := t.TempDir()
@@ -86,9 +87,9 @@ func TestADDRoundTripsOnEtcd(t *testing.T) {
 		_ = os.Remove(hints[0])
 	}
 	for _, hinted := range []bool{true, false} {
-		want := 2
+		want, wantDel := 3, 2
 		if hinted {
-			want = 1
+			want, wantDel = 1, 1
 		} else {
 			dropHints()
 		}
@@ -110,8 +111,8 @@ func TestADDRoundTripsOnEtcd(t *testing.T) {
 		if err := h.p.Del(h.args("c1", conf)); err != nil {
 			t.Fatal(err)
 		}
-		if n := etcdRPCs(t, srv.Endpoint) - before; n != want {
-			t.Errorf("hint file %v: a DEL took %d etcd requests, want %d", hinted, n, want)
+		if n := etcdRPCs(t, srv.Endpoint) - before; n != wantDel {
+			t.Errorf("hint file %v: a DEL took %d etcd requests, want %d", hinted, n, wantDel)
 		}
 	}
 	st, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/warm"}, true)

@@ -37,6 +37,7 @@ func (s *Store) CreateClaim(ctx context.Context, c store.Claim) (store.Claim, er
 		return store.Claim{}, err
 	}
 	c.Version = stored(rev)
+	s.observeClaim(c.BlockRef, c.Node, c.Version)
 	return c, nil
 }
 
@@ -47,9 +48,16 @@ func (s *Store) GetClaim(ctx context.Context, ref store.BlockRef) (store.Claim, 
 	}
 	e, err := s.get(ctx, fmt.Sprintf("claim of block %s", ref), claimKey(ref))
 	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			s.observeClaim(ref, "", "")
+		}
 		return store.Claim{}, err
 	}
-	return decodeClaim(e, "")
+	c, err := decodeClaim(e, "")
+	if err == nil {
+		s.observeClaim(ref, c.Node, c.Version)
+	}
+	return c, err
 }
 
 // decodeClaim decodes a claim or index entry and checks that it is stored
@@ -112,6 +120,9 @@ func (s *Store) ListClaims(ctx context.Context, sel store.ClaimSelector) ([]stor
 		}
 	}
 	slices.SortFunc(out, func(a, b store.Claim) int { return a.Compare(b.BlockRef) })
+	if sel.Node != "" {
+		s.observeNodeClaims(sel.Node, out)
+	}
 	return out, nil
 }
 
@@ -163,6 +174,7 @@ func (s *Store) DeleteClaim(ctx context.Context, c store.Claim) error {
 	}
 	conds := []kv.Cond{{Key: key, Version: v, Value: val}}
 	_, err = s.txn(ctx, what, conds, []kv.Op{{Key: key, Delete: true}, {Key: idx, Delete: true}})
+	s.observeClaim(c.BlockRef, "", "")
 	if err != nil {
 		return s.casErr(ctx, what, key, err)
 	}

@@ -30,8 +30,10 @@ type guard struct {
 // hint holds all of it: the node object, every pool of w.Pools, the layout
 // marker's version and the store's identity with its key's version. The
 // first transaction s runs afterwards is guarded by all of these besides
-// its own conditions, and the first read first checks the marker and the
-// identity. A guarded transaction whose guard fails returns an error
+// its own conditions — and by the hinted claims of the node it returns
+// (Warmed.Claims: each claim at its version, its value naming the node),
+// so that a hint naming a block the node does not claim costs a conflict
+// — and the first read first checks the marker and the identity. A guarded transaction whose guard fails returns an error
 // wrapping store.ErrConflict and store.ErrStale (the caller forgets what it
 // was told and reads), or store.ErrUnavailable when the store no longer
 // has this layout. It reports false, taking nothing, when the hint does
@@ -74,6 +76,24 @@ func (s *Store) TakeHint(w Warm) (Warmed, bool) {
 	}
 	n.Version = h.Version
 	out.Node = n
+	budget := s.lim.MaxOps / 2
+	if budget <= 0 {
+		budget = 2 * maxGuardClaims
+	}
+	for _, c := range claimsFirst(n, h.Claims) {
+		v, ok := parseVersion(c.Version)
+		cl := store.Claim{BlockRef: c.Ref, Node: w.Node, Version: c.Version}
+		if _, err := store.EncodeClaim(cl); !ok || err != nil {
+			continue
+		}
+		if len(out.Claims) == maxGuardClaims || guardCompares(conds)+2 > budget {
+			break
+		}
+		// The value names the node: a claim of another node at that
+		// version fails the guard.
+		conds = append(conds, kv.Cond{Key: claimKey(c.Ref), Version: v, Value: claimValue(cl)})
+		out.Claims = append(out.Claims, cl)
+	}
 	s.guard.mu.Lock()
 	s.guard.conds, s.guard.checked, s.guard.store = conds, false, h.Store
 	s.guard.mu.Unlock()
@@ -159,4 +179,40 @@ func (s *Store) dropGuard() {
 	s.guard.mu.Lock()
 	s.guard.conds, s.guard.store = nil, ""
 	s.guard.mu.Unlock()
+}
+
+// maxGuardClaims bounds the claims a hint's first write requires (each is
+// two compares of the transaction's; etcd allows 128 by default).
+const maxGuardClaims = 16
+
+// claimsFirst orders hinted claims for the guard: blocks of n with free
+// addresses first (those an allocation takes from), then the others.
+func claimsFirst(n store.Node, claims []ClaimHint) []ClaimHint {
+	out := slices.Clone(claims)
+	useful := func(c ClaimHint) bool {
+		b, ok := n.Block(c.Ref)
+		return ok && len(b.Free) > 0
+	}
+	slices.SortStableFunc(out, func(a, b ClaimHint) int {
+		switch ua, ub := useful(a), useful(b); {
+		case ua == ub:
+			return 0
+		case ua:
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// guardCompares counts conds as kv.Limits.MaxOps does (a condition on a
+// value is two compares).
+func guardCompares(conds []kv.Cond) int {
+	n := len(conds)
+	for _, c := range conds {
+		if c.Value != nil {
+			n++
+		}
+	}
+	return n
 }

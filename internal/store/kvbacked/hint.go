@@ -30,12 +30,14 @@ const storeKey = metaPrefix + "store"
 //
 // A hint is never trusted, only used to skip reads. ReadLayoutWarm takes
 // the node object from it only when the store it reads has the hint's
-// identity. TakeHint takes everything from it (no read at all) and guards
-// the first write with what it took: the layout marker's version, the
-// store's identity (its value) and the pools' versions, besides the
-// write's own compare-and-swap of the node object at the hinted version.
-// A write that fails these checks wraps store.ErrStale, so that the
-// allocator forgets what it was told and reads.
+// identity, and reads the hinted claims with the marker. TakeHint takes
+// everything from it (no read at all) and guards the first write with
+// what it took: the layout marker's version, the store's identity (its
+// value), the pools' versions and the node's claims (version and value,
+// which names the node), besides the write's own compare-and-swap of the
+// node object at the hinted version. A write that fails these checks
+// wraps store.ErrStale, so that the allocator forgets what it was told
+// and reads.
 type NodeHint struct {
 	// Store is the store's identity (EnsureStoreID), "" when not known,
 	// and StoreAt the version of the key holding it.
@@ -48,6 +50,9 @@ type NodeHint struct {
 	Value   []byte
 	// Pools are pools as read or written, with their versions.
 	Pools []PoolHint
+	// Claims are claims of the node as read or written, with their
+	// versions, sorted by block.
+	Claims []ClaimHint
 	// Wrote is true when the process wrote the object (not only read
 	// it): only then does the datastore give the store an identity.
 	Wrote bool
@@ -58,6 +63,13 @@ type PoolHint struct {
 	Name    string
 	Version store.Version
 	Value   []byte
+}
+
+// ClaimHint is a claim of the hint's node as one process last read or
+// wrote it.
+type ClaimHint struct {
+	Ref     store.BlockRef
+	Version store.Version
 }
 
 // usable reports whether h can stand for node's object read from a store
@@ -124,29 +136,34 @@ func LayoutVersion(ctx context.Context, s kv.Store) (store.Version, error) {
 // tracker keeps what a Store last read or wrote of one node object and of
 // pools (Track).
 type tracker struct {
-	mu    sync.Mutex
-	node  string
-	hint  NodeHint
-	ok    bool
-	pools map[string]PoolHint
+	mu     sync.Mutex
+	node   string
+	hint   NodeHint
+	ok     bool
+	pools  map[string]PoolHint
+	claims map[store.BlockRef]store.Version
 }
 
-// Track makes s remember the stored bytes and version of node's object
-// and of the pools it reads or writes, as s last read or wrote them, from
-// seed on (seed.Node == node; anything else starts from nothing known);
-// Tracked returns them.
+// Track makes s remember the stored bytes and version of node's object,
+// of the pools it reads or writes and the node's claims it reads, creates
+// or deletes, as s last read or wrote them, from seed on (seed.Node ==
+// node; anything else starts from nothing known); Tracked returns them.
 func (s *Store) Track(node string, seed NodeHint) {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
 	s.track.node = node
 	s.track.hint, s.track.ok = NodeHint{}, false
 	s.track.pools = map[string]PoolHint{}
+	s.track.claims = map[store.BlockRef]store.Version{}
 	if seed.Node != node {
 		return
 	}
 	s.track.hint.Store, s.track.hint.StoreAt, s.track.hint.Layout = seed.Store, seed.StoreAt, seed.Layout
 	for _, p := range seed.Pools {
 		s.track.pools[p.Name] = p
+	}
+	for _, c := range seed.Claims {
+		s.track.claims[c.Ref] = c.Version
 	}
 	if _, ok := parseVersion(seed.Version); ok && len(seed.Value) > 0 {
 		s.track.hint.Node, s.track.hint.Version, s.track.hint.Value = node, seed.Version, seed.Value
@@ -166,6 +183,11 @@ func (s *Store) Tracked() (NodeHint, bool) {
 		h.Pools = append(h.Pools, p)
 	}
 	slices.SortFunc(h.Pools, func(a, b PoolHint) int { return strings.Compare(a.Name, b.Name) })
+	h.Claims = nil
+	for ref, v := range s.track.claims {
+		h.Claims = append(h.Claims, ClaimHint{Ref: ref, Version: v})
+	}
+	slices.SortFunc(h.Claims, func(a, b ClaimHint) int { return a.Ref.Compare(b.Ref) })
 	return h, s.track.ok
 }
 
@@ -175,6 +197,7 @@ func (s *Store) forget() {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
 	s.track.hint, s.track.ok, s.track.pools = NodeHint{Node: s.track.node}, false, map[string]PoolHint{}
+	s.track.claims = map[store.BlockRef]store.Version{}
 }
 
 // observe records node's object: its stored bytes at version v (v "" or
@@ -207,4 +230,34 @@ func (s *Store) observePool(name string, val []byte, v store.Version) {
 		return
 	}
 	s.track.pools[name] = PoolHint{Name: name, Version: v, Value: val}
+}
+
+// observeClaim records the claim of block ref as read or written: held
+// by node at version v, or (node "") gone or not known.
+func (s *Store) observeClaim(ref store.BlockRef, node string, v store.Version) {
+	s.track.mu.Lock()
+	defer s.track.mu.Unlock()
+	if s.track.claims == nil {
+		return // not tracking
+	}
+	if _, ok := parseVersion(v); !ok || node != s.track.node || v == unknownVersion {
+		delete(s.track.claims, ref)
+		return
+	}
+	s.track.claims[ref] = v
+}
+
+// observeNodeClaims records a list of node's claims: all it has.
+func (s *Store) observeNodeClaims(node string, claims []store.Claim) {
+	s.track.mu.Lock()
+	defer s.track.mu.Unlock()
+	if s.track.claims == nil || node != s.track.node {
+		return
+	}
+	s.track.claims = map[store.BlockRef]store.Version{}
+	for _, c := range claims {
+		if _, ok := parseVersion(c.Version); ok && c.Node == node && c.Version != unknownVersion {
+			s.track.claims[c.BlockRef] = c.Version
+		}
+	}
 }

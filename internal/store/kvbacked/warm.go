@@ -39,12 +39,17 @@ type Warmed struct {
 	// Store.Track; Hinted says it came from Warm.Hint, not from the store.
 	Hint   NodeHint
 	Hinted bool
+	// Claims are claims of Node's node: read with the marker (those the
+	// hint named), or taken from the hint and required by the first write
+	// (Store.TakeHint).
+	Claims []store.Claim
 }
 
 // ReadLayoutWarm is ReadLayout that reads w's objects in the same Get.
 // Names no object can have are not read. With a usable w.Hint the node
 // object is not read unless the store turns out not to be the hint's (one
-// more Get).
+// more Get), and the claims the hint names are read with the rest: those
+// that still name the node are returned.
 func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, error) {
 	keys := []string{layoutKey, storeKey}
 	node := w.Node != "" && store.ValidName("node", w.Node) == nil
@@ -52,9 +57,20 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 	if node && !hinted {
 		keys = append(keys, nodeKey(w.Node))
 	}
+	pools := 0
 	for _, p := range w.Pools {
 		if store.ValidName("pool", p) == nil {
 			keys = append(keys, poolKey(p))
+			pools++
+		}
+	}
+	var claims []store.BlockRef
+	if hinted {
+		for _, c := range w.Hint.Claims {
+			if _, err := store.EncodeClaim(store.Claim{BlockRef: c.Ref, Node: w.Node}); err == nil && len(claims) < maxGuardClaims {
+				keys = append(keys, claimKey(c.Ref))
+				claims = append(claims, c.Ref)
+			}
 		}
 	}
 	es, err := s.Get(ctx, keys...)
@@ -72,7 +88,8 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 	}
 	es = es[2:]
 	if hinted && out.Store != w.Hint.Store {
-		// Not the hint's store: read the object after all.
+		// Not the hint's store: read the object after all (its claims read
+		// are of this store all the same).
 		hinted = false
 		more, err := s.Get(ctx, nodeKey(w.Node))
 		if err != nil {
@@ -101,7 +118,7 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 			es = es[1:]
 		}
 	}
-	for _, e := range es {
+	for _, e := range es[:pools] {
 		if e.Version == 0 {
 			continue
 		}
@@ -111,6 +128,17 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 		}
 		out.Pools = append(out.Pools, p)
 		out.Hint.Pools = append(out.Hint.Pools, PoolHint{Name: p.Spec.Name, Version: p.Version, Value: e.Value})
+	}
+	for i, e := range es[pools:] {
+		if e.Version == 0 {
+			continue
+		}
+		c, err := decodeClaim(e, "")
+		if err != nil || c.BlockRef != claims[i] || c.Node != w.Node {
+			continue
+		}
+		out.Claims = append(out.Claims, c)
+		out.Hint.Claims = append(out.Hint.Claims, ClaimHint{Ref: c.BlockRef, Version: c.Version})
 	}
 	return layout, out, nil
 }
