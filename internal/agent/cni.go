@@ -104,7 +104,7 @@ func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, ae)
 		return
 	}
-	out, cerr := a.cni.Serve(req.Command, &skel.CmdArgs{ContainerID: req.ContainerID, Netns: req.NetNS, IfName: req.IfName,
+	out, cerr := a.cni.ServeContext(r.Context(), req.Command, &skel.CmdArgs{ContainerID: req.ContainerID, Netns: req.NetNS, IfName: req.IfName,
 		Args: req.Args, Path: req.Path, StdinData: req.Stdin})
 	ans := podinfo.CNIAnswer{Stdout: out}
 	if cerr != nil {
