@@ -43,21 +43,34 @@ func (p *Plugin) forward(command string, args *skel.CmdArgs) (bool, error) {
 	if deadline.IsZero() {
 		deadline = time.Now().Add(Timeout)
 	}
+	h := handover{end: p.end}
+	if h.end.IsZero() {
+		h.end = deadline
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	// The agent gets its share of the call (agentContext); past it, the
+	// verb runs through KubeBinary. A verb the agent still completes after
+	// that does no harm: ADD and DEL are idempotent by attachment, so the
+	// fallback's ADD returns what the agent's allocated, and the agent
+	// stops a verb whose caller went away (ServeContext).
+	actx, acancel := agentContext(ctx)
+	defer acancel()
 	c := podinfo.NewAgentClient(conf.AgentSocket)
 	if command == "STATUS" {
-		if err := c.Ready(ctx); err != nil {
+		if err := c.Ready(actx); err != nil {
 			p.Log.Warn("ipkeeper agent not ready; the kubernetes datastore is served by "+KubeBinary, "socket", conf.AgentSocket, "err", err)
-			return true, handOff(args.StdinData, false)
+			h.agentErr = err
+			return true, handOff(args.StdinData, false, h)
 		}
 	}
-	ans, err := c.CNI(ctx, podinfo.CNIRequest{Command: command, ContainerID: args.ContainerID, NetNS: args.Netns,
+	ans, err := c.CNI(actx, podinfo.CNIRequest{Command: command, ContainerID: args.ContainerID, NetNS: args.Netns,
 		IfName: args.IfName, Args: args.Args, Path: args.Path, Stdin: stdin})
 	switch {
 	case errors.Is(err, podinfo.ErrAgentUnreachable), errors.Is(err, podinfo.ErrAgentNotReady):
 		p.Log.Warn("ipkeeper agent unreachable; the kubernetes datastore is served by "+KubeBinary, "socket", conf.AgentSocket, "err", err)
-		return true, handOff(args.StdinData, false)
+		h.agentErr = err
+		return true, handOff(args.StdinData, false, h)
 	case errors.Is(err, podinfo.ErrWrongNode):
 		return true, fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	case err != nil:
@@ -99,6 +112,15 @@ func withNodeName(stdin []byte, node string) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(m)
+}
+
+// ServeContext is Serve under ctx: the verb stops (as at its deadline)
+// when ctx ends, as an agent's request does when the plugin that sent it
+// gave up waiting and ran the verb itself.
+func (p *Plugin) ServeContext(ctx context.Context, command string, args *skel.CmdArgs) ([]byte, *types.Error) {
+	q := *p
+	q.parent = ctx
+	return q.Serve(command, args)
 }
 
 // Serve runs one verb that a plugin process handed over (ipkeeper-agent):

@@ -59,11 +59,12 @@ var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is no
 // arguments, environment and stdin, when the config on stdin names the
 // kubernetes datastore and this binary cannot open it; it returns only
 // when it does not apply (another datastore, a config the verbs will
-// refuse themselves) or fails. early is Main's call, before the verb: a config that names the
-// node's agent (ipam.kubernetes.agentSocket) is left to the verb, which
-// forwards it to the agent and hands off only when the agent cannot
-// serve it.
-func handOff(stdin []byte, early bool) error {
+// refuse themselves) or fails. early is Main's call, before the verb: a
+// config that names the node's agent (ipam.kubernetes.agentSocket) is
+// left to the verb, which forwards it to the agent and hands off only
+// when the agent cannot serve it. KubeBinary learns h: the call's
+// deadline, and why the agent did not serve the verb.
+func handOff(stdin []byte, early bool, h handover) error {
 	if datastore.KubernetesLinked() {
 		return nil
 	}
@@ -83,5 +84,5 @@ func handOff(stdin []byte, early bool) error {
 		return fmt.Errorf("%w: the config keeps its state in the Kubernetes API, which %s next to the plugin serves: %w",
 			errNoKubeBinary, path, err)
 	}
-	return execWithStdin(path, stdin)
+	return execWithStdin(path, stdin, h.environ(os.Environ()))
 }

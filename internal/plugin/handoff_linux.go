@@ -7,11 +7,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// execWithStdin replaces this process by path with the same arguments and
-// environment and stdin as its standard input: stdin is written to a
+// execWithStdin replaces this process by path with the same arguments,
+// the environment env and stdin as its standard input: stdin is written to a
 // memory file that becomes file descriptor 0 (the plugin already read the
 // runtime's pipe).
-func execWithStdin(path string, stdin []byte) error {
+func execWithStdin(path string, stdin []byte, env []string) error {
 	fd, err := unix.MemfdCreate("ipkeeper-stdin", unix.MFD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("%w: handing off to %s: %w", errIO, path, err)
@@ -29,7 +29,7 @@ func execWithStdin(path string, stdin []byte) error {
 		return fmt.Errorf("%w: handing off to %s: %w", errIO, path, err)
 	}
 	args := append([]string{path}, os.Args[1:]...)
-	if err := unix.Exec(path, args, os.Environ()); err != nil {
+	if err := unix.Exec(path, args, env); err != nil {
 		return fmt.Errorf("%w: running %s: %w", errNoKubeBinary, path, err)
 	}
 	return nil

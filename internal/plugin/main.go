@@ -53,18 +53,30 @@ func Main(about string) {
 	if terr != nil {
 		timeout = Timeout
 	}
-	startWatchdog(start.Add(timeout), timeout, out, os.Exit)
+	// A verb handed over by the plugin ends by the plugin's deadline: the
+	// runtime sees one call and one timeout.
+	h, herr := handedOver(os.Getenv)
+	end := start.Add(timeout)
+	if !h.end.IsZero() && h.end.Before(end) {
+		end = h.end
+	}
+	startWatchdog(end, timeout, out, os.Exit)
 
 	p := New()
 	p.Stdout = out
-	p.deadline = start.Add(timeout - min(watchdogMargin, timeout/10))
+	p.end = end
+	p.deadline = end.Add(-min(watchdogMargin, timeout/10))
+	p.agentDown = h.agentErr
+	if terr == nil {
+		terr = herr
+	}
 	if terr != nil {
 		exitWith(out, cniError(terr))
 	}
 	if os.Getenv("CNI_COMMAND") != "VERSION" {
 		stdin, err := boundStdin()
 		if err == nil {
-			err = handOff(stdin, true)
+			err = handOff(stdin, true, handover{end: end})
 		}
 		if err != nil && os.Getenv("CNI_COMMAND") == "STATUS" {
 			exitWith(out, statusError(err))

@@ -38,6 +38,16 @@ type Plugin struct {
 	// deadline ends the verbs' context; zero means Timeout from the start
 	// of the verb.
 	deadline time.Time
+	// end is the call's deadline, the watchdog's (Main); zero when no
+	// watchdog runs.
+	end time.Time
+	// agentDown is why the node's agent did not serve this verb, when the
+	// plugin process that handed it over found so (handedOver): the
+	// agent is not asked again.
+	agentDown error
+	// parent, when set, is the context the verbs' own derives from: the
+	// agent's request, which ends when the plugin that sent it is gone.
+	parent context.Context
 	// KubeAllocator, when set, serves kubernetes datastores instead of
 	// opening one per verb: ipkeeper-agent's long-lived allocator, which
 	// keeps its client, the node's object and the pools warm.
@@ -163,7 +173,11 @@ func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Erro
 	if deadline.IsZero() {
 		deadline = time.Now().Add(Timeout)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	parent := p.parent
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	s, err := p.open(ctx, stdin, prepare, warm)
 	if err == nil {

@@ -72,18 +72,26 @@ func (p *Plugin) kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa 
 
 // lookup reads the pod (when pod is not empty), its namespace and the
 // node: from the agent when one is configured (in process, p.Pods, when
-// this is the agent) and answers, else directly from the API server with
-// the kubeconfig.
+// this is the agent) and answers within its share of the call
+// (agentContext), else directly from the API server with the kubeconfig.
+// An agent the plugin already found unreachable before it handed the verb
+// over (p.agentDown) is not asked again.
 func (p *Plugin) lookup(ctx context.Context, conf *config.IPAM, namespace, pod, uid string) (*podinfo.Info, error) {
 	if conf.AgentSocket != "" && p.Pods != nil {
 		return p.Pods.Lookup(ctx, namespace, pod, uid, conf.NodeName)
 	}
 	if conf.AgentSocket != "" {
-		c := podinfo.NewAgentClient(conf.AgentSocket)
-		info, err := c.Lookup(ctx, namespace, pod, uid, conf.NodeName)
-		c.Close()
-		if !errors.Is(err, podinfo.ErrAgentUnreachable) {
-			return info, err
+		err := p.agentDown
+		if err == nil {
+			actx, cancel := agentContext(ctx)
+			c := podinfo.NewAgentClient(conf.AgentSocket)
+			var info *podinfo.Info
+			info, err = c.Lookup(actx, namespace, pod, uid, conf.NodeName)
+			c.Close()
+			cancel()
+			if !errors.Is(err, podinfo.ErrAgentUnreachable) {
+				return info, err
+			}
 		}
 		if conf.Kubeconfig == "" {
 			return nil, fmt.Errorf("ipam.kubernetes.agentSocket: %w (no ipam.kubernetes.kubeconfig to read the API server directly)", err)
@@ -105,16 +113,20 @@ func (p *Plugin) agentStatus(ctx context.Context, conf *config.IPAM) error {
 	if conf.AgentSocket == "" {
 		return nil
 	}
-	var err error
-	if p.Pods != nil {
+	err := p.agentDown
+	switch {
+	case err != nil:
+	case p.Pods != nil:
 		// This is the agent: its own caches, not a round trip to itself.
 		if !p.Pods.Ready() {
 			err = fmt.Errorf("%w: its caches are not synced", podinfo.ErrAgentNotReady)
 		}
-	} else {
+	default:
+		actx, cancel := agentContext(ctx)
+		defer cancel()
 		c := podinfo.NewAgentClient(conf.AgentSocket)
 		defer c.Close()
-		err = c.Ready(ctx)
+		err = c.Ready(actx)
 	}
 	if err == nil {
 		return nil

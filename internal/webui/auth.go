@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -60,14 +61,15 @@ func (u *UI) guard(next http.Handler) http.Handler {
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, "the address map is read-only")
+			refuse(w, http.StatusMethodNotAllowed, "the address map is read-only")
 			return
 		}
 		if !u.needToken {
 			if !isLoopbackHost(r.Host) {
-				writeError(w, http.StatusForbidden, "this address map serves loopback only; Host "+r.Host+" is not a loopback name")
+				refuse(w, http.StatusForbidden, "this address map serves loopback only; Host "+r.Host+" is not a loopback name")
 				return
 			}
+			markAuthorized(r)
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -80,17 +82,8 @@ func (u *UI) guard(next http.Handler) http.Handler {
 			}
 			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: "/", HttpOnly: true,
 				SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int((12 * time.Hour).Seconds())})
-			// A relative Location: the map may be mounted under a prefix.
-			q := r.URL.Query()
-			q.Del("token")
-			loc := "./"
-			if i := strings.LastIndexByte(r.URL.Path, '/'); i >= 0 && i < len(r.URL.Path)-1 {
-				loc = r.URL.Path[i+1:]
-			}
-			if len(q) > 0 {
-				loc += "?" + q.Encode()
-			}
-			w.Header().Set("Location", loc)
+			markAuthorized(r)
+			w.Header().Set("Location", tokenRedirect(r.URL))
 			w.WriteHeader(http.StatusSeeOther)
 			return
 		}
@@ -104,8 +97,27 @@ func (u *UI) guard(next http.Handler) http.Handler {
 			unauthorized(w)
 			return
 		}
+		markAuthorized(r)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tokenRedirect is where a visit with ?token= is sent once the token is in
+// a cookie: the same page without the token. The Location is relative (the
+// map may be mounted under a prefix) and always a path in the same
+// directory: "./" and the last segment of the path, escaped, so that no
+// segment ("\\host", "//host", "https:host") can name another origin.
+func tokenRedirect(u *url.URL) string {
+	loc := "./"
+	if i := strings.LastIndexByte(u.Path, '/'); i >= 0 && i < len(u.Path)-1 {
+		loc += url.PathEscape(u.Path[i+1:])
+	}
+	q := u.Query()
+	q.Del("token")
+	if len(q) > 0 {
+		loc += "?" + q.Encode()
+	}
+	return loc
 }
 
 func (u *UI) authorized(r *http.Request, tok string) bool {
@@ -124,5 +136,12 @@ func (u *UI) authorized(r *http.Request, tok string) bool {
 
 func unauthorized(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="ipkeeper address map"`)
-	writeError(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>, or open the page once with ?token=<token>)")
+	refuse(w, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>, or open the page once with ?token=<token>)")
+}
+
+// refuse answers a request the guard does not let through and closes its
+// connection: a client without a token gets one answer per connection.
+func refuse(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Connection", "close")
+	writeError(w, code, msg)
 }

@@ -97,6 +97,7 @@ type UI struct {
 	needToken bool
 	cache     viewCache
 	h         http.Handler
+	limits    serverLimits
 
 	feedMu sync.Mutex
 	fd     feed // what Run follows the datastore with, once it started
@@ -130,7 +131,7 @@ func New(opts Options) (*UI, error) {
 	if need && opts.Token == "" && opts.Authenticate == nil {
 		return nil, fmt.Errorf("%w: listening on %s needs --token or $%s", ErrNeedToken, opts.Listen, TokenEnv)
 	}
-	u := &UI{opts: opts, m: newModel(opts.Log), needToken: need || opts.Token != ""}
+	u := &UI{opts: opts, m: newModel(opts.Log), needToken: need || opts.Token != "", limits: defaultLimits}
 	u.h = u.handler()
 	return u, nil
 }

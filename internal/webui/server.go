@@ -182,15 +182,27 @@ func (u *UI) serveSearch(w http.ResponseWriter, r *http.Request) {
 // revision and generation now, and again after every change (changes less
 // than minEventGap apart are sent as one), until the client goes away.
 func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		writeError(w, http.StatusInternalServerError, "streaming is not supported here")
 		return
+	}
+	// The stream outlives the server's write timeout: one write deadline
+	// per event instead, so that a client that stops reading is still
+	// let go. (The server's read timeout ends with the request's header:
+	// a GET has no body.)
+	rc := http.NewResponseController(w)
+	write := func(format string, a ...any) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(u.limits.write))
+		if _, err := fmt.Fprintf(w, format, a...); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
+	_ = rc.SetWriteDeadline(time.Now().Add(u.limits.write))
 	w.WriteHeader(http.StatusOK)
 	_, _ = fmt.Fprint(w, "retry: 1000\n\n")
 	var sent uint64
@@ -208,10 +220,9 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			u.m.mu.RUnlock()
 			msg, _ := json.Marshal(map[string]any{"revision": rev, "generation": gen, "loaded": loaded, "error": errMsg})
-			if _, err := fmt.Fprintf(w, "event: update\ndata: %s\n\n", msg); err != nil {
+			if err := write("event: update\ndata: %s\n\n", msg); err != nil {
 				return
 			}
-			fl.Flush()
 			sent, first = gen, false
 			select {
 			case <-r.Context().Done():
@@ -225,10 +236,9 @@ func (u *UI) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-ch:
 		case <-beat.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if err := write(": keep-alive\n\n"); err != nil {
 				return
 			}
-			fl.Flush()
 		}
 	}
 }
@@ -254,23 +264,23 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // Serve runs the map on l until ctx ends: Run keeps it current while an
 // HTTP server answers on l. It refuses a listener on a non-loopback
-// address when New was given a loopback Listen and no token. It returns
-// nil after ctx ended and the server shut down.
+// address when New was given a loopback Listen and no token. The server
+// bounds how long a request may take to arrive and how long a connection
+// may idle, closes the connection of every refused request, and keeps at
+// most a few dozen connections open that no request was authorized on
+// (serverLimits). It returns nil after ctx ended and the server shut
+// down.
 func (u *UI) Serve(ctx context.Context, l net.Listener) error {
 	if need, err := NeedsToken(l.Addr().String()); err == nil && need && !u.needToken {
 		return fmt.Errorf("%w: the listener is on %s, but the map was configured for %s", ErrNeedToken, l.Addr(), u.opts.Listen)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{
-		Handler:           u,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	srv := u.newServer(ctx, u)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = u.Run(ctx) })
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	go func() { errc <- srv.Serve(gate(l, u.limits.maxPending)) }()
 	var err error
 	select {
 	case <-ctx.Done():

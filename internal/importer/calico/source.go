@@ -29,8 +29,13 @@ type KV struct {
 // ParseFile reads entries as etcdctl prints them: `etcdctl get --prefix
 // /calico/ipam/v2/` (a key line, then a value line), `etcdctl get -w json`
 // (base64 keys and values), or bare JSON values one after another (for
-// example a block value saved on its own).
+// example a block value saved on its own). Input over
+// importer.MaxSourceBytes, or nesting deeper than importer.MaxNesting, is
+// refused before any of it is decoded.
 func ParseFile(data []byte) ([]KV, error) {
+	if err := importer.CheckJSONSource("the etcdctl output", data); err != nil {
+		return nil, err
+	}
 	var out []KV
 	r := bufio.NewReader(bytes.NewReader(data))
 	pending, havePending, line := "", false, 0

@@ -65,8 +65,14 @@ type ipPool struct {
 }
 
 // Plan reads every document of every file and returns the plan of all
-// IPPools found.
+// IPPools found. A file over importer.MaxSourceBytes, or nesting deeper
+// than importer.MaxNesting, is refused before any is decoded.
 func Plan(files [][]byte, opts Options) (*importer.Plan, error) {
+	for i, f := range files {
+		if err := importer.CheckSource(fmt.Sprintf("input %d", i+1), f); err != nil {
+			return nil, err
+		}
+	}
 	var pools []ipPool
 	nets := networks{}
 	for _, f := range files {
