@@ -29,8 +29,8 @@ BENCH_N      ?= 300
 all: build
 
 # Static binaries (CGO_ENABLED=0), as in the image: a plugin exec then maps
-# no libc and runs no dynamic loader, 19.5 instead of 22.6 ms of CPU per
-# exec on this 2-core VM (perf stat -r 40 of `CNI_COMMAND=VERSION ipkeeper`).
+# no libc and runs no dynamic loader, which costs less CPU per exec
+# (measured in docs/BENCHMARKS.md).
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
@@ -136,7 +136,7 @@ bench-controller: build kube-apiserver
 bench-webui:
 	$(GO) run ./test/bench/webui -nodes 5000 -pods 110
 
-# Allocation on the v2 storage contract on a bbolt file, embedded etcd and a
+# Allocation on the typed storage contract on a bbolt file, embedded etcd and a
 # kube-apiserver, against raw etcd (one CAS of a node's key per ADD and per
 # DEL) on the same etcd, cold (a process per operation) and warm (a
 # long-lived process), with ratios.

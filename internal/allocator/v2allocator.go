@@ -18,8 +18,7 @@ import (
 // StoreAllocator allocates and releases addresses on the typed storage
 // contract (package store, docs/STORAGE.md): every allocation and release
 // touching only its node's blocks — dual-stack included — is one write of
-// the node's object. It takes the place of Allocator (which works on the
-// first, key-value layout) once every caller has moved over (issue 9).
+// the node's object.
 //
 // The allocator keeps the last state of every node object it read or
 // wrote: an allocation starts from it without a read and writes at its

@@ -236,8 +236,7 @@ func nadConfig(t *testing.T, doc []byte) string {
 // swapped for "ipkeeper".
 func TestPublishedExamples(t *testing.T) {
 	resolv := []byte("nameserver 192.0.2.53\nsearch example.org\n")
-	// The project's copy of the shared production data (kept identical to
-	// shared/testdata by the importer's TestTestdataMatchesShared).
+	// The production data (internal/importer/testdata).
 	prod, err := os.ReadFile("../importer/testdata/network-attachment-definition.yaml")
 	if err != nil {
 		t.Fatalf("production test data: %v", err)

@@ -97,11 +97,12 @@ func (p plugin) check() int {
 	return rep.Counts.Allocated
 }
 
-// TestPluginDottedAttachments runs the real plugin binary for the
-// attachments issue 7 found sharing one address (their handle IDs were
-// the parts joined by dots): each gets its own address, GC keeps the one
-// it is told is live and releases the other, DEL frees what is left, and
-// the store checks clean after every step; IPv4 and IPv6.
+// TestPluginDottedAttachments runs the real plugin binary for
+// attachments whose parts, joined by dots, spell the same string (handle
+// IDs made that way would make them share one address): each gets its
+// own address, GC keeps the one it is told is live and releases the
+// other, DEL frees what is left, and the store checks clean after every
+// step; IPv4 and IPv6.
 func TestPluginDottedAttachments(t *testing.T) {
 	bin := buildPlugin(t)
 	for _, subnet := range []string{"10.41.0.0/24", "fd41::/120"} {

@@ -24,9 +24,9 @@ import (
 // local and etcd: the kv.Store Open or OpenShared returns (the same file
 // lock, node lock and path checks), as kvbacked's typed
 // store. A store without the layout marker is migrated before it is
-// returned (kvbacked.Migrate: the first layout converted, or the marker
-// written for objects stored before any; an empty store is left
-// unwritten), so nothing uses the typed objects of an unconverted store.
+// returned (kvbacked.Migrate: the first layout converted, or only the
+// marker written, for an empty store or objects stored before markers),
+// so nothing uses the typed objects of an unconverted store.
 // Every open pays one read of the marker (one Get: one round trip on
 // etcd); only an unmarked store pays more.
 //
@@ -149,8 +149,9 @@ func unavailable(err error) error {
 }
 
 // ErrKubernetesNotLinked means the binary cannot open a kubernetes
-// datastore: the client library costs a short-lived process ~10 ms of
-// package initialization, so only binaries that import kubeopen carry it
+// datastore: the client library's package initialization costs a
+// short-lived process several times its own start-up (docs/BENCHMARKS.md),
+// so only binaries that import kubeopen carry it
 // (the plugin hands such configs to its sibling ipkeeper-kube).
 var ErrKubernetesNotLinked = errors.New("this binary does not include the kubernetes datastore")
 

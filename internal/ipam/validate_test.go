@@ -12,7 +12,7 @@ import (
 )
 
 // TestBlockValidate: a block whose free queue and owners do not partition
-// its ordinals (the forged hints of issue 7: a held ordinal at the front of
+// its ordinals (what a forged hint can hold: a held ordinal at the front of
 // the free queue, ordinal 64 in a /26, -1, 2^40) is refused, for IPv4 and
 // IPv6 blocks of 64 addresses; consistent blocks pass.
 func TestBlockValidate(t *testing.T) {

@@ -111,11 +111,9 @@ const shortLivedHeap = 256 << 20
 // shortLived tunes the Go runtime for a process that lives for one call
 // and mostly waits on its datastore: one P instead of one per CPU (no
 // idle Ps spinning for work while the call waits) and no garbage
-// collection below shortLivedHeap. On this project's 2-CPU test VM, 60
-// sequential etcd ADDs as processes, five rounds alternating builds with
-// and without it: 5.6-6.5 against 6.6-7.2 ms of CPU per ADD, 7.6-8.8
-// against 8.5-9.2 ms of wall time. Long-running binaries (the agent)
-// never call Main.
+// collection below shortLivedHeap: it takes CPU and wall time off every
+// ADD process (measured in docs/BENCHMARKS.md). Long-running binaries
+// (the agent) never call Main.
 func shortLived() {
 	runtime.GOMAXPROCS(1)
 	debug.SetGCPercent(-1)

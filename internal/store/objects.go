@@ -54,7 +54,8 @@ type ClaimSelector struct {
 	Pool string
 	// Cached lets the backend answer from a cache that may lag behind
 	// the latest writes (the Kubernetes API server's watch cache, where a
-	// current list waits up to ~100 ms for the cache to catch up): a claim
+	// current list waits for the cache to catch up with etcd, see
+	// docs/BENCHMARKS.md): a claim
 	// listed may be gone, one just created may be missing. A caller acts
 	// only on what it confirms (GetClaim, or a create-if-absent that
 	// fails). Backends that read current state ignore it.

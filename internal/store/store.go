@@ -1,7 +1,7 @@
-// Package store is ipkeeper's datastore contract (version 2, see
-// docs/STORAGE.md): typed objects — pools, block claims and node objects —
-// each read and written alone, with compare-and-swap on one object at a
-// time, and listing by a typed selector instead of key prefixes. It is
+// Package store is ipkeeper's datastore contract (docs/STORAGE.md):
+// typed objects — pools, block claims and node objects — each read and
+// written alone, with compare-and-swap on one object at a time, and
+// listing by a typed selector instead of key prefixes. It is
 // what the Kubernetes API offers, so the local file, etcd and the
 // Kubernetes API implement the same contract and run one conformance suite
 // (package storetest).

@@ -53,9 +53,10 @@
 // modification time, size or inode changed; an unchanged revision ends
 // the read at once. A store that does not exist is shown empty and is not
 // created. The kubernetes datastore is listed every PollInterval, and at
-// least three times the last listing's duration after it (a list of 1 000
-// node objects takes about 1.5 s on a loaded test API server, so the map
-// then shows a change within about 6 s). Every change bumps a generation;
+// least three times the last listing's duration after it, so that a
+// large cluster's lists do not keep the API server busy (how long such a
+// list takes, and how late a change shows: docs/BENCHMARKS.md). Every
+// change bumps a generation;
 // the rendered overview and node table are cached per generation.
 //
 // # JSON API

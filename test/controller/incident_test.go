@@ -27,9 +27,10 @@ func leaderOf(t *testing.T, limit time.Duration, ps ...*proc) *proc {
 // leaderFlags make leader election quick enough for tests.
 var leaderFlags = []string{"--leader-elect=true", "--lease-namespace=kube-system", "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms"}
 
-// TestProductionIncident reproduces the incident of ../shared/testdata end
-// to end: the production NetworkAttachmentDefinition's whereabouts config
-// (exactly five usable addresses) with ipkeeper as the IPAM type, five pods
+// TestProductionIncident reproduces the incident of
+// internal/importer/testdata end to end: the production
+// NetworkAttachmentDefinition's whereabouts config (exactly five usable
+// addresses) with ipkeeper as the IPAM type, five pods
 // on node-b hold them, node-b dies (its Node and pods are deleted, no CNI
 // DEL comes). A new pod on node-a gets error 100. With two controller
 // replicas running (leader election, --leak-grace 2s, a resync period far

@@ -21,8 +21,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
-// The production IPPool (internal/importer/testdata, a copy of
-// ../shared/testdata): offsets 4 to 8 of 172.18.178.192/27 held; the pods
+// The production IPPool (internal/importer/testdata): offsets 4 to 8 of 172.18.178.192/27 held; the pods
 // behind 7 and 8 died with their node.
 var (
 	incidentNamespace = "nstest"

@@ -75,8 +75,8 @@ type badCase struct {
 	check   func(t *testing.T, msg string) // more checks on the message
 }
 
-// badCases are the bad inputs of the hostile-runtime audit (issue 7 items
-// 2, 3, 5, 8, 9) and the earlier ones, each through the real binary.
+// badCases are bad inputs a hostile or broken runtime can send, each
+// through the real binary.
 func badCases() []badCase {
 	ranges := func(r map[string]any) map[string]any { return map[string]any{"ranges": [][]map[string]any{{r}}} }
 	withIPAM := func(ipam map[string]any) func(*testing.T, string) []byte {

@@ -80,7 +80,7 @@ var (
 	killV6 = ipam.Pool{Name: "kill-v6", CIDR: netip.MustParsePrefix("fd00:120::/115"), BlockSize: 124}
 )
 
-// TestKill9 kills processes allocating on the v2 store with SIGKILL at
+// TestKill9 kills processes allocating on the typed store with SIGKILL at
 // random points — between any two writes of an ADD: after a claim, after
 // the node's own write with a loan, before the lender's — on every
 // backend. Then: no address has two holders; every ADD whose result was

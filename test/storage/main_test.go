@@ -1,4 +1,4 @@
-// Package storage_test drives the allocator on the v2 storage contract
+// Package storage_test drives the allocator on the typed storage contract
 // (store.Store) across its three real backends — a bbolt file, an embedded
 // etcd and a kube-apiserver with the shipped CRDs and RBAC — the way a
 // cluster does: many nodes, concurrent ADDs per node serialized by the

@@ -1,9 +1,10 @@
 // Package kubeopen links the Kubernetes datastore into a binary: importing
 // it (for its side effect) lets datastore.OpenStore open
 // {"type": "kubernetes"} datastores. It is kept apart because client-go's
-// package initialization costs every process that links it about 10 ms
-// (internal/store/kube/initcost), which the plugin must not pay for local
-// and etcd datastores.
+// package initialization costs every process that links it several times
+// the plugin's own start-up (internal/store/kube/initcost measures it;
+// docs/BENCHMARKS.md), which the plugin must not pay for local and etcd
+// datastores.
 package kubeopen
 
 import (

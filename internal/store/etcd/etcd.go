@@ -7,10 +7,9 @@
 // client: the plugin binary is executed once per CNI call and the
 // gRPC/protobuf package initialisation alone would cost more than a whole
 // local ADD. Watches (the web UI) use etcd's JSON gateway
-// (POST /v3/watch) over HTTP/1.1. Unary calls used the gateway too until
-// its JSON and base64 decoding showed up as the largest cost of a write of
-// a large node object (3.3-3.5 ms against 0.9-1.1 ms of CPU over gRPC
-// for 100 KB).
+// (POST /v3/watch) over HTTP/1.1. Unary calls do not: the gateway's JSON
+// and base64 decoding would be the largest cost of a write of a large
+// node object (docs/BENCHMARKS.md).
 //
 // Every key is stored under the configured prefix plus "/". A value's
 // Version is its etcd mod_revision. Txn is one etcd transaction whose

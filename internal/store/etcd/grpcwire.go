@@ -10,9 +10,8 @@ import (
 // Unary calls go to etcd's gRPC service itself (HTTP/2, protobuf
 // messages in gRPC's length-prefixed frames), not to its JSON gateway:
 // the gateway decodes a request's JSON, then its base64 value, before the
-// same gRPC call — for a 100 KB node object 3.3-3.5 ms of CPU per write
-// against 0.9-1.1 ms over gRPC (client and embedded etcd in one process,
-// same run; 0.93 against 0.54 ms at 1 KB). The messages are encoded here
+// same gRPC call, which costs a write of a large node object several
+// times the CPU (docs/BENCHMARKS.md). The messages are encoded here
 // by hand from etcd's rpc.proto field numbers (api/etcdserverpb), for the
 // few fields this client sends and reads, so that the plugin links no
 // gRPC or protobuf runtime (their package initialisation alone costs more

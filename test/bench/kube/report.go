@@ -91,7 +91,8 @@ func ms(r latency.Result, p float64) string {
 	return latency.Ms(r.Pct(p))
 }
 
-// printGoals prints issue 9's ratios from the cells that ran.
+// printGoals prints the goal ratios (against whereabouts and the etcd
+// backend) from the cells that ran.
 func printGoals(results map[string]map[int]cellResult, waName string, concs []int, cold *cellResult) {
 	fmt.Println("\ngoals:")
 	etcd, wa := results[modeEtcd], results[waName]

@@ -1,4 +1,4 @@
-// Command storage measures allocation on the storage contract v2 on its
+// Command storage measures allocation on the typed storage contract on its
 // three backends in one run — a bbolt file, an embedded etcd and a
 // kube-apiserver (the cached build; IPKEEPER_KUBE_APISERVER) — against the
 // raw speed of the same etcd doing the same number of writes, so the

@@ -1,5 +1,5 @@
 // Command addproc is test/storage's stand-in for a plugin process on the
-// v2 store: it opens one backend, allocates dual-stack addresses for
+// typed store: it opens one backend, allocates dual-stack addresses for
 // containers of one node with a fresh StoreAllocator each (as each plugin
 // exec is), and prints "ok <handle ID>" after each ADD returned — the
 // moment a runtime would have its result. The kill -9 test kills it at
