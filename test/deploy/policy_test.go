@@ -340,7 +340,9 @@ func TestNodeWritesRefused(t *testing.T) {
 		create("node-a's object under its name", allowed, ipamNodesGVR, "IPAMNode", part+"x.node-a", part+"x", nodeSpec("node-a"))
 		create("node-a's unpartitioned object under its name", allowed, ipamNodesGVR, "IPAMNode", "node-a", "", nodeSpec("node-a"))
 		create("node-a's object named for another partition", denied, ipamNodesGVR, "IPAMNode", part+"y.node-a", part+"x", nodeSpec("node-a"))
-		block := func(pool, cidr string) map[string]any { return map[string]any{"pool": pool, "cidr": cidr, "node": "node-a"} }
+		block := func(pool, cidr string) map[string]any {
+			return map[string]any{"pool": pool, "cidr": cidr, "node": "node-a"}
+		}
 		create("a claim under its block's name", allowed, ipamBlocksGVR, "IPAMBlock", part+".authz.10-61-1-0-29", part, block("authz", "10.61.1.0/29"))
 		create("a claim under another block's name", denied, ipamBlocksGVR, "IPAMBlock", part+".authz.10-61-1-0-29", part, block("authz", "10.61.1.8/29"))
 		create("a claim under another pool's name", denied, ipamBlocksGVR, "IPAMBlock", part+".other.10-61-1-0-29", part, block("authz", "10.61.1.0/29"))
