@@ -349,6 +349,10 @@ func TestNodeWritesRefused(t *testing.T) {
 		create("an IPv6 claim under its block's name", allowed, ipamBlocksGVR, "IPAMBlock", part+".authz6.fd00-61--100-120", part, block("authz6", "fd00:61::100/120"))
 		create("an IPv6 claim of a block written uncanonically", denied, ipamBlocksGVR, "IPAMBlock", part+".authz6.fd00-61-0--100-120", part, block("authz6", "fd00:61:0::100/120"))
 		create("a claim of ::/120", allowed, ipamBlocksGVR, "IPAMBlock", part+".authz6.0---120", part, block("authz6", "::/120"))
+		hashedPool := "kube-fd70--120--zatoab2ltfrumece" // how a pool named "kube-fd70::-120" is named
+		create("a claim of a pool with a hashed name", allowed, ipamBlocksGVR, "IPAMBlock", part+"."+hashedPool+".fd70---122", part, block("kube-fd70::-120", "fd70::/122"))
+		create("a claim of a pool with a hashed name, under another block's name", denied, ipamBlocksGVR, "IPAMBlock", part+"."+hashedPool+".fd70--40-122", part, block("kube-fd70::-120", "fd70::/122"))
+		create("a claim whose pool part is neither its pool nor hashed", denied, ipamBlocksGVR, "IPAMBlock", part+".other.fd70---122", part, block("kube-fd70::-120", "fd70::/122"))
 	})
 
 	t.Run("unbound token", func(t *testing.T) {
