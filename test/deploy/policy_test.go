@@ -296,8 +296,18 @@ func TestNodeWritesRefused(t *testing.T) {
 			setRecords(o, []any{})
 			setFree(o, "1-7")
 		})
+		edit("node-a inserts a block with its record into node-b's object", denied, func(o *unstructured.Unstructured) {
+			blocks, _, _ := unstructured.NestedSlice(o.Object, "spec", "blocks")
+			blocks = append(blocks, map[string]any{"pool": "authz", "cidr": blockA.String(), "free": "0-6"})
+			_ = unstructured.SetNestedSlice(o.Object, blocks, "spec", "blocks")
+			setRecords(o, append(records(o), "authz.a3.eth0 10.61.0.15@authz node=node-a"))
+		})
 		edit("node-a rewrites the free queue of a block it takes nothing from", denied, func(o *unstructured.Unstructured) {
 			setFree(o, "7,2-6")
+		})
+		edit("node-a adds a record in the old format to node-b's object", denied, func(o *unstructured.Unstructured) {
+			_ = unstructured.SetNestedSlice(o.Object, []any{map[string]any{"id": "authz.b7.eth0",
+				"ips": []any{map[string]any{"addr": "10.61.0.7", "pool": "authz"}}}}, "spec", "handles")
 		})
 		edit("node-a changes spec.node", denied, func(o *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(o.Object, "node-a", "spec", "node")
@@ -359,6 +369,9 @@ func TestNodeWritesRefused(t *testing.T) {
 		unbound := openKube(t, s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"), part)
 		_, err := unbound.CreateNode(ctx, nodealloc.AddBlock(store.Node{Name: "node-a"}, authzPool, blockA))
 		denied(t, "an unbound token creates node-a's object", err)
+		if err == nil || !strings.Contains(err.Error(), "carry no node") {
+			t.Errorf("an unbound token's refusal %v does not say that it carries no node", err)
+		}
 		_, err = unbound.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: authzPool.Name, CIDR: blockA}, Node: "node-a"})
 		denied(t, "an unbound token creates a claim", err)
 		denied(t, "an unbound token deletes node-b's claim", unbound.DeleteClaim(ctx, claimB))
