@@ -55,7 +55,14 @@ func (a *StoreAllocator) releaseUnaffine(ctx context.Context, id string) ([]neti
 		return nil, nil
 	}
 	next, ips := nodealloc.Release(n, id)
-	if _, err := a.writeNode(ctx, next); err != nil {
+	if _, err := a.writeNode(ctx, next); errors.Is(err, store.ErrDenied) {
+		// A node's own credentials may not write the object of no node
+		// (the Kubernetes datastore's per-node policy): the controller
+		// releases the address once its pod is gone.
+		a.log.Warn("release of an address held by no node refused to this node's credentials; the controller releases it once its pod is gone",
+			"handle", id, "error", err)
+		return nil, nil
+	} else if err != nil {
 		return nil, err
 	}
 	return addrs(ips), nil

@@ -30,8 +30,9 @@ var metav1GetOptions = metav1.GetOptions{}
 const FieldManager = "kubetest"
 
 // BootstrapKinds are the kinds of deploy/ that Start applies: what the API
-// server takes without a kubelet or controllers and what the shipped RBAC
-// needs, in the order they are applied.
+// server takes without a kubelet or controllers, what the shipped RBAC
+// needs and the admission policies that narrow it, in the order they are
+// applied.
 var BootstrapKinds = []string{
 	"CustomResourceDefinition",
 	"Namespace",
@@ -40,6 +41,8 @@ var BootstrapKinds = []string{
 	"Role",
 	"ClusterRoleBinding",
 	"RoleBinding",
+	"ValidatingAdmissionPolicy",
+	"ValidatingAdmissionPolicyBinding",
 }
 
 // ModuleRoot returns the directory of the project's go.mod, found by
@@ -214,7 +217,8 @@ func waitEstablished(ctx context.Context, ri dynamic.ResourceInterface, name str
 }
 
 // applyDeployRBAC applies the BootstrapKinds objects of deploy/ (nothing
-// when there is no deploy/ directory yet).
+// when there is no deploy/ directory yet) and waits until the admission
+// policies among them are in force.
 func (s *Server) applyDeployRBAC(ctx context.Context) error {
 	dir, err := DeployDir()
 	if err != nil {
@@ -235,5 +239,8 @@ func (s *Server) applyDeployRBAC(ctx context.Context) error {
 			}
 		}
 	}
-	return s.Apply(ctx, false, ordered...)
+	if err := s.Apply(ctx, false, ordered...); err != nil {
+		return err
+	}
+	return s.waitPolicies(ctx, ordered)
 }

@@ -161,19 +161,19 @@ func storeLive(t *testing.T, u *UI, st store.Store) {
 // TestKubernetesLive: on the Kubernetes datastore (a real kube-apiserver
 // with the CRDs and the shipped RBAC) the map, opened as the controller's
 // ServiceAccount as in a cluster, reads everything and then polls; the
-// allocations are made as the node's ServiceAccount.
+// allocations of every node are made by one store of the same account
+// (a node's own credentials write only its own node's objects).
 func TestKubernetesLive(t *testing.T) {
 	srv := kubetest.Start(t)
 	ctx := context.Background()
 	ds := config.Datastore{Type: config.DatastoreKubernetes, Prefix: "webui-live",
-		Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")}
+		Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")}
 	st, err := datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	fillFixture(t, st)
-	ds.Kubeconfig = srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
 	s := startUI(t, Options{Datastore: ds})
 	if _, ok := s.u.currentFeed().(*pollFeed); !ok {
 		t.Fatalf("the map follows the Kubernetes datastore by %T, want polls", s.u.currentFeed())

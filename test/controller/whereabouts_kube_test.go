@@ -102,7 +102,7 @@ func TestWhereaboutsIncidentKubernetes(t *testing.T) {
 	}
 
 	net := nadNetworkOn(t, config.Datastore{Type: config.DatastoreKubernetes,
-		Kubeconfig: s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"), Prefix: c.ns})
+		Kubeconfig: s.NodeKubeconfig(t, nodeA), Prefix: c.ns})
 	imported := net.handles()
 	if len(imported) != 5 {
 		t.Fatalf("imported handles: %+v, want 5", imported)

@@ -158,9 +158,10 @@ func etcdAlternative(t *testing.T) (ds any, secret string) {
 
 // TestShippedDatastoreEndToEnd runs the shipped config list on the
 // kubernetes datastore as deploy/ wires it, against a real kube-apiserver
-// with deploy/'s CRDs and RBAC: the installer writes the node's
-// kubeconfig; the installed plugin, with no agent at its socket, ADDs two
-// pods through that kubeconfig (as ipkeeper-node) into the CRDs; then the
+// with deploy/'s CRDs, RBAC and node-writes policy: the installer writes
+// the node's kubeconfig from the pod-bound token it is given; the
+// installed plugin, with no agent at its socket, ADDs two pods through
+// that kubeconfig (as ipkeeper-node on that node) into the CRDs; then the
 // controller binary, given the ConfigMap's config list unchanged (whose
 // kubeconfig path is the node's, which it does not have) and the
 // controller ServiceAccount's kubeconfig standing in for its in-cluster
@@ -175,6 +176,12 @@ func TestShippedDatastoreEndToEnd(t *testing.T) {
 	controller := static(t, "cmd/ipkeeper-controller")
 	ctl := static(t, "cmd/ipkeeperctl")
 	h := newHost(t, s)
+	ns := fmt.Sprintf("shipped-ds-%d", time.Now().UnixNano()%1e6)
+	node := "node-" + ns
+	// The token the kubelet projects into the DaemonSet's pod on the node
+	// (the installer's --token-file): bound to the pod, it carries the
+	// node, which deploy/'s node-writes policy requires of a node's writes.
+	writeFile(t, h.tokenFile, []byte(s.NodeToken(t, node)), 0o600)
 	h.runOnce(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -199,8 +206,6 @@ func TestShippedDatastoreEndToEnd(t *testing.T) {
 	}
 	netConf := pluginConf(t, local)
 
-	ns := fmt.Sprintf("shipped-ds-%d", time.Now().UnixNano()%1e6)
-	node := "node-" + ns
 	if _, err := s.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

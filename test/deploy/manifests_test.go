@@ -44,6 +44,8 @@ var shipped = []string{
 	"RoleBinding kube-system/ipkeeper-controller-leader-election",
 	"ServiceAccount kube-system/ipkeeper-controller",
 	"ServiceAccount kube-system/ipkeeper-node",
+	"ValidatingAdmissionPolicy ipkeeper-node-writes",
+	"ValidatingAdmissionPolicyBinding ipkeeper-node-writes",
 }
 
 func objectKey(o *unstructured.Unstructured) string {

@@ -109,6 +109,28 @@ func TestManifestWiring(t *testing.T) {
 		if e := envVar(c, "NODE_NAME"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 			t.Error("NODE_NAME is not the downward API's spec.nodeName")
 		}
+		// The node's credentials are the pod's own projected token, bound
+		// to the pod and naming its node (deploy/'s node-writes policy
+		// needs it): the installer writes the host's kubeconfig from it
+		// (--token-file, by default where the kubelet mounts it), the agent
+		// uses it in-cluster, and nothing is mounted over it.
+		const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+		if spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken {
+			t.Error("automountServiceAccountToken is false: the node has no pod-bound token")
+		}
+		if tf, ok := flagValue(c.Args, "token-file"); ok && tf != saDir+"/token" {
+			t.Errorf("the installer's --token-file=%s is not the pod's projected token", tf)
+		}
+		for _, ct := range spec.Containers {
+			for _, m := range ct.VolumeMounts {
+				if m.MountPath == saDir || strings.HasPrefix(saDir, strings.TrimSuffix(m.MountPath, "/")+"/") {
+					t.Errorf("container %s mounts %s over the pod's projected token", ct.Name, m.MountPath)
+				}
+			}
+			if v, ok := flagValue(ct.Args, "kubeconfig"); ok {
+				t.Errorf("container %s: --kubeconfig=%s instead of the pod's own token", ct.Name, v)
+			}
+		}
 	})
 
 	t.Run("agent", func(t *testing.T) {

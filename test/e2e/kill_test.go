@@ -38,8 +38,10 @@ type killBackend struct {
 }
 
 // killBackends are local (bbolt), a real etcd and a real kube-apiserver
-// with the CRDs and the node ServiceAccount's RBAC (the plugin hands those
-// configs to ipkeeper-kube).
+// with the CRDs and the datastore's RBAC (the plugin hands those configs
+// to ipkeeper-kube). One kubeconfig serves both nodes and ipkeeperctl:
+// the controller's account, since a node's own credentials write only its
+// own node's objects.
 var killBackends = []killBackend{
 	{"local", func(t *testing.T) (map[string]any, config.Datastore) {
 		dir := t.TempDir()
@@ -53,7 +55,7 @@ var killBackends = []killBackend{
 	}, 8},
 	{"kubernetes", func(t *testing.T) (map[string]any, config.Datastore) {
 		srv := kubetest.Start(t)
-		kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+		kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
 		return map[string]any{"type": "kubernetes", "kubeconfig": kc, "prefix": "kill"},
 			config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kc, Prefix: "kill",
 				DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}

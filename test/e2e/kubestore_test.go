@@ -57,7 +57,9 @@ func TestKubernetesDatastore(t *testing.T) {
 	needIpkeeper(t)
 	needKubeSibling(t)
 	srv := kubetest.Start(t)
-	kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+	// The node's credentials, as the installer writes them on node-a: a
+	// token bound to a pod on node-a.
+	kc := srv.NodeKubeconfig(t, "node-a")
 
 	t.Run("native dual-stack", func(t *testing.T) {
 		ds := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kc, Prefix: "native",
@@ -103,6 +105,7 @@ func TestKubernetesDatastore(t *testing.T) {
 	})
 
 	t.Run("whereabouts default datastore", func(t *testing.T) {
+		kc := srv.NodeKubeconfig(t, "node-b")
 		ds := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kc,
 			DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
 		conf := mustJSON(t, map[string]any{"cniVersion": "0.3.1", "name": "whereabouts-conf", "type": "macvlan",
@@ -206,7 +209,7 @@ func TestKubernetesDatastoreAgent(t *testing.T) {
 	needKubeSibling(t)
 	needAgent(t)
 	srv := kubetest.Start(t)
-	kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+	kc := srv.NodeKubeconfig(t, "node-a") // as the DaemonSet's pod on node-a has it
 	for _, n := range []string{"node-a", "node-b"} {
 		if _, err := srv.Client.CoreV1().Nodes().Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}},
 			metav1.CreateOptions{}); err != nil {

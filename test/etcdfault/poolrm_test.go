@@ -29,7 +29,8 @@ const poolBlocks = 110
 // (datastore.OpenStore) and ipkeeperctl open, pluginDS what the plugin's
 // config names — the same but for the kubernetes datastore, where
 // ipkeeperctl authenticates as the controller's ServiceAccount and the
-// plugin as the node's, with the RBAC deploy/ ships.
+// plugin as node-new's (a token bound to a pod on node-new), with the RBAC
+// and node-writes policy deploy/ ships.
 type backend struct {
 	name         string
 	ds, pluginDS config.Datastore
@@ -61,8 +62,8 @@ func newBackend(t *testing.T, name, fam string) backend {
 		ds = config.Datastore{Type: config.DatastoreKubernetes, Prefix: "prm-" + fam + "-" + run,
 			Kubeconfig:  srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"),
 			DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}
-		node := ds
-		node.Kubeconfig = srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+		node := ds // the plugin runs on node-new only
+		node.Kubeconfig = srv.NodeKubeconfig(t, "node-new")
 		return backend{name: name, ds: ds, pluginDS: node}
 	default:
 		t.Fatalf("no backend %q", name)

@@ -64,7 +64,7 @@ var procBackends = []procBackend{
 	}, 5, 300 * time.Millisecond, 250},
 	{"kubernetes", func(t *testing.T) (store.Store, []string) {
 		srv := kubetest.Require(t, apiserver)
-		kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+		kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
 		prefix := fmt.Sprint("k", instances.Add(1))
 		s, err := kube.Open(kube.Config{Kubeconfig: kc, Prefix: prefix, QPS: 1000, Burst: 1000})
 		if err != nil {

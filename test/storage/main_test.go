@@ -73,7 +73,7 @@ var backends = []backend{
 	{"kubernetes", func(t testing.TB) store.Store {
 		srv := kubetest.Require(t, apiserver)
 		s, err := kube.Open(kube.Config{
-			Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"),
+			Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"),
 			Prefix:     fmt.Sprint("s", instances.Add(1)),
 			QPS:        1000, Burst: 1000,
 		})

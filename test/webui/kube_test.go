@@ -33,9 +33,10 @@ const kubeToken = "map-s3cret"
 // chromium. The map is served as in a cluster: by the controller's
 // ServiceAccount, behind a bearer token (given once as ?token=, then kept
 // in a cookie for the page's requests and its event stream). The
-// allocations are made as the node's ServiceAccount: the same three pools
-// as on the local store, the drawing, the node table, a block's
-// addresses, a search, and an ADD and a DEL showing up live.
+// allocations of every node are made by one store of the same account (a
+// node's own credentials write only its own node's objects): the same
+// three pools as on the local store, the drawing, the node table, a
+// block's addresses, a search, and an ADD and a DEL showing up live.
 func TestAddressMapKubernetesInBrowser(t *testing.T) {
 	testenv.NeedCommands(t, "chromium")
 	chromium, err := webuitest.Chromium()
@@ -46,7 +47,7 @@ func TestAddressMapKubernetesInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ds := config.Datastore{Type: config.DatastoreKubernetes, Prefix: "webui-browser",
-		Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")}
+		Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")}
 	st, err := datastore.OpenStore(ctx, ds, true)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +89,6 @@ func TestAddressMapKubernetesInBrowser(t *testing.T) {
 
 	// The map, as the controller serves it.
 	mapDS := ds
-	mapDS.Kubeconfig = srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

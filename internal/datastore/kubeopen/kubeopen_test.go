@@ -33,7 +33,7 @@ func TestOpenStore(t *testing.T) {
 	t.Setenv(datastore.LockDirEnv, lockDir)
 	ctx := t.Context()
 	ds := config.Datastore{Type: config.DatastoreKubernetes, Prefix: "openstore",
-		Kubeconfig:     srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"),
+		Kubeconfig:     srv.NodeKubeconfig(t, "node-a"),
 		RequestTimeout: 10 * time.Second}
 
 	s, err := datastore.OpenStore(ctx, ds, false)

@@ -311,8 +311,10 @@ const (
 	codeInvalidArgument   = 3
 	codeDeadlineExceeded  = 4
 	codeResourceExhausted = 8
+	codePermissionDenied  = 7
 	codeOutOfRange        = 11
 	codeUnavailable       = 14
+	codeUnauthenticated   = 16
 )
 
 // classifyStatus turns a failed answer (a gRPC status other than OK, or
@@ -332,6 +334,8 @@ func classifyStatus(ep *endpoint, status, code int, msg string) *sendError {
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", kv.ErrUnavailable, ep.name, msg), retryable: true, sent: true}
 	case code == codeOutOfRange:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", errCompacted, ep.name, msg)}
+	case code == codePermissionDenied, code == codeUnauthenticated:
+		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", ErrDenied, ep.name, msg)}
 	case code != 0:
 		return &sendError{err: fmt.Errorf("etcd %s: gRPC status %d: %s", ep.name, code, msg)}
 	default:

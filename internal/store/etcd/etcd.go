@@ -73,6 +73,10 @@ var (
 	ErrTLS = errors.New("etcd: TLS failure")
 	// ErrTooLarge means a transaction has more operations than etcd accepts.
 	ErrTooLarge = errors.New("etcd: transaction too large")
+	// ErrDenied means etcd refused the request: its authentication is on
+	// and the user (the client certificate's common name) lacks a role
+	// permitting the keys, or is not known.
+	ErrDenied = errors.New("etcd: access denied")
 	// errCompacted means a pinned read revision was compacted away.
 	errCompacted = errors.New("etcd: revision compacted")
 )

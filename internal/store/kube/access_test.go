@@ -22,13 +22,14 @@ import (
 )
 
 // TestNodeAccountLimits: the ipkeeper-node ServiceAccount (with the RBAC
-// deploy/ ships), which every other test here uses for everything the
-// backend does, may do nothing else with the datastore's resources:
+// deploy/ ships, and a token bound to a pod on node-a), which may do
+// everything the backend does on its own node's objects, may do nothing
+// else with the datastore's resources:
 // no watch, patch or status update, no update of claims, no deleting of
 // the CRDs, no secrets.
 func TestNodeAccountLimits(t *testing.T) {
 	s := kubetest.Require(t, srv)
-	st := openNode(t)
+	st := openAsNode(t, "node-a")
 	ctx := ctxT(t)
 	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
 	if err != nil {
@@ -42,7 +43,7 @@ func TestNodeAccountLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"))
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.NodeKubeconfig(t, "node-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestUnavailable(t *testing.T) {
 	if _, err := st.GetNode(ctxT(t), "node-a"); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("GetNode with no server: %v, want ErrUnavailable", err)
 	}
-	live := openNode(t)
+	live := openStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := live.GetNode(ctx, "node-a"); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
@@ -215,7 +216,7 @@ func nodeOfSize(t testing.TB, name string, size int) store.Node {
 // API server (over etcd's default 1.5 MiB request limit: the headroom is
 // real), and read back; one byte more is ErrTooLarge.
 func TestSizeLimit(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	n := nodeOfSize(t, "node-big", MaxObjectBytes)
 	created, err := st.CreateNode(ctx, n)
@@ -241,7 +242,7 @@ func TestSizeLimit(t *testing.T) {
 // (written by the admin, as a hashed label shared by two names would) does
 // not put an object in a list it does not belong to.
 func TestSelectorsFilterByContent(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	admin := openAdmin(t, st.Prefix())
 	ctx := ctxT(t)
 	// A claim of node-y labelled as node-x's.

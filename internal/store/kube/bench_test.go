@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkOps measures one request of each kind the allocation path
-// sends, as the ipkeeper-node ServiceAccount on the test API server, over
+// sends, with the datastore's RBAC on the test API server, over
 // a warm connection (ns/op is the latency of one sequential request;
 // apiserver-ms/op the kube-apiserver process's CPU per request, its etcd
 // not included):
@@ -22,7 +22,7 @@ import (
 // The node object is the dual-stack fixture (3 records, ~1.3 KB); the
 // claims list selects 4 claims of the node among 4 claims of 20 others.
 func BenchmarkOps(b *testing.B) {
-	st := openNode(b)
+	st := openStore(b)
 	ctx := ctxT(b)
 	n, err := st.CreateNode(ctx, dualStackNode(b, "node-a", "node-b"))
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // watch cache caught up, ErrNotFound for an absent pool, and refuses a
 // name the store cannot hold.
 func TestGetPoolCached(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	if _, err := st.GetPoolCached(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("cached read of an absent pool: %v, want ErrNotFound", err)

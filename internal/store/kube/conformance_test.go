@@ -7,8 +7,8 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-// TestConformance runs the contract's suite on the real API server as the
-// ipkeeper-node ServiceAccount, each open in a fresh partition.
+// TestConformance runs the contract's suite on the real API server with
+// the datastore's RBAC (openStore), each open in a fresh partition.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openNode(t) })
+	storetest.Run(t, func(t *testing.T) store.Store { return openStore(t) })
 }

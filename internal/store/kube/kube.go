@@ -70,12 +70,13 @@ const maxLabelBytes = 128 << 10
 
 // Errors of this backend, beyond store's.
 var (
-	// ErrAccessDenied: the API server refused the credentials (401) or
-	// RBAC refused the request (403). It is not ErrUnavailable: retrying
-	// does not help; the ServiceAccount needs the ClusterRole of
-	// deploy/rbac-datastore.yaml.
+	// ErrAccessDenied: the API server refused the credentials (401), or
+	// RBAC or an admission policy refused the request (403). It is not
+	// ErrUnavailable: retrying does not help; the ServiceAccount needs the
+	// ClusterRole of deploy/rbac-datastore.yaml, and a node's credentials
+	// write only what deploy/policy-node-writes.yaml lets that node write.
 	// It wraps store.ErrDenied.
-	ErrAccessDenied = fmt.Errorf("%w: the Kubernetes API refused access (check the credentials and the RBAC of deploy/rbac-datastore.yaml)", store.ErrDenied)
+	ErrAccessDenied = fmt.Errorf("%w: the Kubernetes API refused access (check the credentials, the RBAC of deploy/rbac-datastore.yaml and, for a node's, deploy/policy-node-writes.yaml)", store.ErrDenied)
 	// ErrNoCRD: the API server does not serve the resource: the CRDs of
 	// deploy/crds.yaml are not installed (yet). It wraps ErrUnavailable.
 	ErrNoCRD = fmt.Errorf("%w: the ipkeeper.io CustomResourceDefinitions are not installed (deploy/crds.yaml)", store.ErrUnavailable)

@@ -18,7 +18,7 @@ import (
 func TestKubectlGetColumns(t *testing.T) {
 	testenv.NeedCommands(t, "kubectl")
 	s := kubetest.Require(t, srv)
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	if _, err := st.CreatePool(ctx, store.Pool{Spec: pool6}); err != nil {
 		t.Fatal(err)

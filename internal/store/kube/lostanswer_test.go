@@ -56,7 +56,7 @@ func (l *lossyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // is ErrUnavailable and changed nothing.
 func TestLostAnswer(t *testing.T) {
 	s := kubetest.Require(t, srv)
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"))
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.NodeKubeconfig(t, "node-a"))
 	if err != nil {
 		t.Fatal(err)
 	}

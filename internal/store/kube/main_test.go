@@ -35,13 +35,31 @@ func TestMain(m *testing.M) {
 
 var partitions atomic.Int64
 
-// openNode opens a store in a fresh partition as the ipkeeper-node
-// ServiceAccount, with the RBAC deploy/ ships.
-func openNode(t testing.TB) *Store {
+// openStore opens a store in a fresh partition as the ipkeeper-controller
+// ServiceAccount, with the RBAC deploy/ ships: the datastore's ClusterRole,
+// which the ipkeeper-node account shares, without the admission policy
+// that narrows a node's writes to its own node (openAsNode), so that one
+// store writes every node's objects.
+func openStore(t testing.TB) *Store {
+	t.Helper()
+	return openWith(t, func(s *kubetest.Server) string {
+		return s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")
+	})
+}
+
+// openAsNode opens a store in a fresh partition with node's credentials:
+// the ipkeeper-node ServiceAccount's token bound to a pod on node, which
+// deploy/'s RBAC and node-writes policy let write node's own objects.
+func openAsNode(t testing.TB, node string) *Store {
+	t.Helper()
+	return openWith(t, func(s *kubetest.Server) string { return s.NodeKubeconfig(t, node) })
+}
+
+func openWith(t testing.TB, kubeconfig func(*kubetest.Server) string) *Store {
 	t.Helper()
 	s := kubetest.Require(t, srv)
 	st, err := Open(Config{
-		Kubeconfig: s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"),
+		Kubeconfig: kubeconfig(s),
 		Prefix:     "t" + strconv.FormatInt(partitions.Add(1), 10),
 		QPS:        1000, Burst: 1000,
 	})

@@ -120,7 +120,7 @@ func FuzzRecord(f *testing.F) {
 // (its records JSON objects under "handles") is read as the same node
 // object, and the next update writes it as strings.
 func TestNodeOldFormRead(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	admin := openAdmin(t, st.Prefix())
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-a", "node-b")

@@ -16,7 +16,7 @@ import (
 // the CRD's structural schema, none added — for a full dual-stack node
 // object, a claim and pools with every field set.
 func TestSchemaKeepsEverySpecField(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	admin := openAdmin(t, st.Prefix())
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-a", "node-b")
@@ -79,7 +79,7 @@ func checkStored(t *testing.T, admin *Store, k kind, name string, sent []byte) {
 // (a free queue in the right syntax but wrong, an unmasked block inside a
 // node object), stored — and then read as store.ErrCorrupt.
 func TestSchemaRefusesMalformed(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	admin := openAdmin(t, st.Prefix())
 	ctx := ctxT(t)
 	good := dualStackNode(t, "node-a", "node-b")
@@ -166,7 +166,7 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 // holding another name (a hash collision, another partition's object, an
 // edited spec) is never returned as that name's.
 func TestReadChecksName(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	admin := openAdmin(t, st.Prefix())
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-b", "node-c")
@@ -210,7 +210,7 @@ func TestReadChecksName(t *testing.T) {
 // has the object name of pool "blue" of the store with that prefix; the
 // prefixed store does not take it for its own.
 func TestOtherPartitionNotRead(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	plain := openAdmin(t, "")
 	ctx := ctxT(t)
 	p := pool4

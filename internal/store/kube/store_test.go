@@ -14,7 +14,7 @@ import (
 // TestPools: create, get, list, compare-and-swap update and delete of
 // pools of both families, every field read back as written.
 func TestPools(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	for _, spec := range []ipam.Pool{pool4, pool6} {
 		p, err := st.CreatePool(ctx, store.Pool{Spec: spec})
@@ -76,7 +76,7 @@ func TestPools(t *testing.T) {
 // TestSanitizedCollisions: names with the same readable form are distinct
 // objects, each read back as itself.
 func TestSanitizedCollisions(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	names := []string{"pool-a", "Pool_A", "pool:a", "POOL A", "pool-a--" + hashOf("Pool_A"), strings.Repeat("p", 250) + ":x", strings.Repeat("p", 250) + ":y"}
 	for i, name := range names {
@@ -109,7 +109,7 @@ func TestSanitizedCollisions(t *testing.T) {
 // TestClaims: create-if-absent, get, delete at a version, both families,
 // and selector lists by node and by pool.
 func TestClaims(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	claims := []store.Claim{
 		{BlockRef: store.BlockRef{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.64/26")}, Node: "node-a"},
@@ -169,7 +169,7 @@ func TestClaims(t *testing.T) {
 // compare-and-swap; LendsTo lists exactly the lenders, as the content
 // changes.
 func TestNodes(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-a", "node-b")
 	if n.Handles[0].IPs == nil || len(n.LendsTo()) != 1 {
@@ -277,7 +277,7 @@ func TestNodes(t *testing.T) {
 // TestPartitions: two stores with different prefixes share the cluster and
 // see only their own objects under the same names.
 func TestPartitions(t *testing.T) {
-	a, b := openNode(t), openNode(t)
+	a, b := openStore(t), openStore(t)
 	ctx := ctxT(t)
 	for i, st := range []*Store{a, b} {
 		spec := pool4
@@ -308,7 +308,7 @@ func TestPartitions(t *testing.T) {
 // compare-and-swap). So the same content written twice gives two versions,
 // and the first is stale.
 func TestUnchangedWriteIsNewVersion(t *testing.T) {
-	st := openNode(t)
+	st := openStore(t)
 	ctx := ctxT(t)
 	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
 	if err != nil {

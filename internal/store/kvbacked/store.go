@@ -168,6 +168,8 @@ func mapErr(what string, err error) error {
 		return fmt.Errorf("%w: %s: %w", store.ErrInvalid, what, err)
 	case errors.Is(err, etcd.ErrTooLarge):
 		return fmt.Errorf("%w: %s: %w", store.ErrTooLarge, what, err)
+	case errors.Is(err, etcd.ErrDenied):
+		return fmt.Errorf("%w: %s: %w", store.ErrDenied, what, err)
 	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrInvalid):
 		return err
 	}

@@ -33,7 +33,7 @@ type agents struct {
 
 // startAgents creates the Node objects and starts one agent per node as
 // the node ServiceAccount, and waits until each is ready.
-func startAgents(ctx context.Context, srv *kubetest.Server, bin, kubeconfig, tmp string, nodes int) (*agents, error) {
+func startAgents(ctx context.Context, srv *kubetest.Server, bin string, kubeconfigs []string, tmp string, nodes int) (*agents, error) {
 	a := &agents{}
 	for n := range nodes {
 		name := nodeName(n)
@@ -47,7 +47,7 @@ func startAgents(ctx context.Context, srv *kubetest.Server, bin, kubeconfig, tmp
 			a.stop()
 			return nil, err
 		}
-		cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--node-name="+name, "--socket="+sock, "--log-level=warn")
+		cmd := exec.Command(bin, "--kubeconfig="+kubeconfigs[n], "--node-name="+name, "--socket="+sock, "--log-level=warn")
 		if err := cmd.Start(); err != nil {
 			a.stop()
 			return nil, err
@@ -106,10 +106,10 @@ func (a *agents) stop() {
 // agent. Its calls name no pod (CNI_ARGS without K8S_POD_*): the config
 // is pod-aware (agentSocket), and a pod that does not exist would be
 // refused; the node's lookup is answered from the agent's cache.
-func agentMode(bin, tmp, kubeconfig string, a *agents) *mode {
+func agentMode(bin, tmp string, kubeconfigs []string, a *agents) *mode {
 	m := ipkeeperMode(modeAgent, "ipkeeper on the kubernetes datastore through each node's ipkeeper-agent (ipam.kubernetes.agentSocket; 20 agent processes as kube-system/ipkeeper-node)",
-		bin, tmp, func(cell int) map[string]any {
-			return map[string]any{"type": "kubernetes", "kubeconfig": kubeconfig, "prefix": fmt.Sprintf("ba-%d", cell)}
+		bin, tmp, func(cell, node int) map[string]any {
+			return map[string]any{"type": "kubernetes", "kubeconfig": kubeconfigs[node], "prefix": fmt.Sprintf("ba-%d", cell)}
 		})
 	prepare := m.prepare
 	m.prepare = func(ctx context.Context, cell int) (callFunc, error) {
@@ -120,8 +120,8 @@ func agentMode(bin, tmp, kubeconfig string, a *agents) *mode {
 		for n := range confs {
 			b, err := jsonConf(map[string]any{"cniVersion": "1.0.0", "name": "bench", "type": "bridge",
 				"ipam": map[string]any{"type": "ipkeeper", "nodeName": nodeName(n),
-					"datastore":  map[string]any{"type": "kubernetes", "kubeconfig": kubeconfig, "prefix": fmt.Sprintf("ba-%d", cell)},
-					"kubernetes": map[string]any{"agentSocket": a.sockets[n], "kubeconfig": kubeconfig},
+					"datastore":  map[string]any{"type": "kubernetes", "kubeconfig": kubeconfigs[n], "prefix": fmt.Sprintf("ba-%d", cell)},
+					"kubernetes": map[string]any{"agentSocket": a.sockets[n], "kubeconfig": kubeconfigs[n]},
 					"ranges":     []any{[]any{map[string]any{"subnet": "10.64.0.0/16"}}}}})
 			if err != nil {
 				return nil, err

@@ -126,9 +126,15 @@ func main() {
 		log.Fatalf("start embedded etcd: %v", err)
 	}
 	defer ety.Close()
-	nodeKC, err := serviceAccountKubeconfig(ctx, srv, tmp, "kube-system", "ipkeeper-node")
-	if err != nil {
-		log.Fatal(err)
+	// Each node's credentials, as the installer writes them on the node:
+	// the ipkeeper-node ServiceAccount's token bound to a pod on it, which
+	// deploy/'s node-writes policy requires of the node's writes.
+	nodeKC := make([]string, *flagNodes)
+	for n := range nodeKC {
+		nodeKC[n] = filepath.Join(tmp, nodeName(n)+".kubeconfig")
+		if err := srv.WriteNodeKubeconfig(ctx, nodeKC[n], nodeName(n)); err != nil {
+			log.Fatal(err)
+		}
 	}
 	if meter, err = newMeter(srv); err != nil {
 		log.Fatal(err)
@@ -136,13 +142,13 @@ func main() {
 	fmt.Printf("kube-apiserver %s and the etcd datastore's embedded etcd %s up in %v\n", srv.URL, ety.Endpoint, time.Since(t0).Round(time.Millisecond))
 
 	all := []*mode{
-		ipkeeperMode(modeKube, "ipkeeper on the kubernetes datastore (it execs ipkeeper-kube) as ServiceAccount kube-system/ipkeeper-node with deploy/'s RBAC", ipk, tmp, func(cell int) map[string]any {
-			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC, "prefix": fmt.Sprintf("bk-%d", cell)}
+		ipkeeperMode(modeKube, "ipkeeper on the kubernetes datastore (it execs ipkeeper-kube) as ServiceAccount kube-system/ipkeeper-node with deploy/'s RBAC and node-writes policy", ipk, tmp, func(cell, node int) map[string]any {
+			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC[node], "prefix": fmt.Sprintf("bk-%d", cell)}
 		}),
-		ipkeeperMode(modeKubeDirect, "ipkeeper-kube exec'd directly, same config and ServiceAccount", filepath.Join(binDir, "ipkeeper-kube"), tmp, func(cell int) map[string]any {
-			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC, "prefix": fmt.Sprintf("bk-%d", cell)}
+		ipkeeperMode(modeKubeDirect, "ipkeeper-kube exec'd directly, same config and ServiceAccount", filepath.Join(binDir, "ipkeeper-kube"), tmp, func(cell, node int) map[string]any {
+			return map[string]any{"type": "kubernetes", "kubeconfig": nodeKC[node], "prefix": fmt.Sprintf("bk-%d", cell)}
 		}),
-		ipkeeperMode(modeEtcd, "the same ipkeeper binary on the etcd datastore of an embedded etcd", ipk, tmp, func(cell int) map[string]any {
+		ipkeeperMode(modeEtcd, "the same ipkeeper binary on the etcd datastore of an embedded etcd", ipk, tmp, func(cell, _ int) map[string]any {
 			return map[string]any{"type": "etcd", "endpoints": []string{ety.Endpoint}, "prefix": fmt.Sprintf("/bench-kube-%d", cell)}
 		}),
 	}
@@ -268,10 +274,10 @@ func main() {
 	}
 }
 
-// ipkeeperMode runs the ipkeeper plugin with the datastore ds(cell) gives:
-// a /16 pool (the default block size), the call's node as nodeName, and a
-// node lock directory per node.
-func ipkeeperMode(name, about, bin, tmp string, ds func(cell int) map[string]any) *mode {
+// ipkeeperMode runs the ipkeeper plugin with the datastore ds(cell, node)
+// gives: a /16 pool (the default block size), the call's node as nodeName,
+// and a node lock directory per node.
+func ipkeeperMode(name, about, bin, tmp string, ds func(cell, node int) map[string]any) *mode {
 	return &mode{
 		name:  name,
 		about: about,
@@ -285,7 +291,7 @@ func ipkeeperMode(name, about, bin, tmp string, ds func(cell int) map[string]any
 					return nil, err
 				}
 				b, err := jsonConf(map[string]any{"cniVersion": "1.0.0", "name": "bench", "type": "bridge",
-					"ipam": map[string]any{"type": "ipkeeper", "nodeName": nodeName(n), "datastore": ds(cell),
+					"ipam": map[string]any{"type": "ipkeeper", "nodeName": nodeName(n), "datastore": ds(cell, n),
 						"ranges": []any{[]any{map[string]any{"subnet": "10.64.0.0/16"}}}}})
 				if err != nil {
 					return nil, err
