@@ -100,7 +100,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 			refused := func(what string, _ oldAlloc, err error) {
 				t.Helper()
 				if !errors.Is(err, errNoPool) {
-					t.Errorf("the first-layout Allocate %s: %v, want ErrNoPool", what, err)
+					t.Errorf("the first-layout Allocate %s: %v, want errNoPool", what, err)
 				}
 			}
 			for i := range 4 {
