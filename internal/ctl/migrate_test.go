@@ -15,11 +15,11 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
-// The bbolt file today's (first-layout) allocator wrote, and what that
-// allocator reported about it (internal/store/kvbacked/testdata/README.md).
+// The bbolt file the first layout's allocator wrote, and what that
+// allocator reported about it (internal/store/kvbacked/migrate/testdata/README.md).
 const (
-	firstLayoutDB   = "../store/kvbacked/testdata/firstlayout.db"
-	firstLayoutWant = "../store/kvbacked/testdata/firstlayout.db.want.json"
+	firstLayoutDB   = "../store/kvbacked/migrate/testdata/firstlayout.db"
+	firstLayoutWant = "../store/kvbacked/migrate/testdata/firstlayout.db.want.json"
 )
 
 // firstLayoutState is firstlayout.db.want.json: the handles and blocks the

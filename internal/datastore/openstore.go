@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
@@ -24,7 +24,7 @@ import (
 // local and etcd: the kv.Store Open or OpenShared returns (the same file
 // lock, node lock and path checks), as kvbacked's typed
 // store. A store without the layout marker is migrated before it is
-// returned (kvbacked.Migrate: the first layout converted, or only the
+// returned (migrate.Ensure: the first layout converted, or only the
 // marker written, for an empty store or objects stored before markers),
 // so nothing uses the typed objects of an unconverted store.
 // Every open pays one read of the marker (one Get: one round trip on
@@ -100,43 +100,21 @@ func OpenStoreWarm(ctx context.Context, ds config.Datastore, shared bool, w Warm
 	}
 }
 
-// migrateAttempts bounds how often an open runs Migrate when others
-// (plugins on other nodes opening the same store) migrate meanwhile.
-const migrateAttempts = 4
-
 // openTyped returns the typed store on kvs, migrating it first when it
-// has no layout marker, and what it read of w's objects with the marker. A
-// marked store costs one Get.
+// has no layout marker (migrate.Ensure), and what it read of w's objects
+// with the marker. A marked store costs one Get.
 func openTyped(ctx context.Context, kvs kv.Store, w Warm) (*kvbacked.Store, Warmed, error) {
-	for range migrateAttempts {
-		layout, warmed, err := kvbacked.ReadLayoutWarm(ctx, kvs, w)
-		if err != nil {
-			return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
-		}
-		if layout == kvbacked.LayoutTyped {
-			return kvbacked.New(kvs), warmed, nil
-		}
-		rep, err := kvbacked.Migrate(ctx, kvs)
-		switch {
-		case err == nil:
-			if rep.Nodes+rep.Claims+rep.Handles+rep.Pools+rep.Deleted > 0 {
-				slog.Default().Info("datastore: migrated the first storage layout", "nodes", rep.Nodes, "claims", rep.Claims,
-					"handles", rep.Handles, "pools", rep.Pools, "fenced", rep.Fenced, "deleted", rep.Deleted,
-					"orphans", rep.Orphans, "strays", rep.Strays, "unaffine", rep.UnaffineBlocks, "dropped", rep.DroppedBlocks)
-			}
-			return kvbacked.New(kvs), Warmed{}, nil
-		case errors.Is(err, kvbacked.ErrLateWrite):
-			// The marker is written: the typed objects are the truth. The
-			// late first-layout keys stay for `ipkeeperctl check`.
-			slog.Default().Warn("datastore: first-layout keys written during the migration were left in place", "keys", rep.Late, "err", err)
-			return kvbacked.New(kvs), Warmed{}, nil
-		case errors.Is(err, store.ErrConflict):
-			continue // another process migrates meanwhile: read the marker again
-		default:
-			return nil, Warmed{}, fmt.Errorf("datastore: migrate the first storage layout: %w", err)
-		}
+	layout, warmed, err := kvbacked.ReadLayoutWarm(ctx, kvs, w)
+	if err != nil {
+		return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
 	}
-	return nil, Warmed{}, fmt.Errorf("%w: datastore: the store kept changing while it was migrated (%d attempts)", store.ErrConflict, migrateAttempts)
+	if layout == kvbacked.LayoutTyped {
+		return kvbacked.New(kvs), warmed, nil
+	}
+	if err := migrate.Ensure(ctx, kvs); err != nil {
+		return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
+	}
+	return kvbacked.New(kvs), Warmed{}, nil
 }
 
 // unavailable adds store.ErrUnavailable to a kv.ErrUnavailable error;

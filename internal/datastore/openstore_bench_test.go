@@ -8,6 +8,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
 )
 
 // BenchmarkLayoutCheck measures what OpenStore adds to an open of a
@@ -34,7 +35,7 @@ func BenchmarkLayoutCheck(b *testing.B) {
 			if _, err := st.CreatePool(b.Context(), storePool()); err != nil && !errors.Is(err, store.ErrExists) {
 				b.Fatal(err)
 			}
-			if _, err := kvbacked.Migrate(b.Context(), kvs); err != nil { // marks it (or finds it marked)
+			if _, err := migrate.Run(b.Context(), kvs); err != nil { // marks it (or finds it marked)
 				b.Fatal(err)
 			}
 			cnt := &kvCounter{Store: kvs}

@@ -1,9 +1,10 @@
 package datastore
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
-	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -18,15 +19,15 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
+	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 var (
-	osV4   = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.20.0.0/16"), BlockSize: 26}
-	osV6   = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd20::/64"), BlockSize: 122}
-	osTiny = ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.21.0.0/28"), BlockSize: 28} // one block: others borrow
+	osV4 = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.20.0.0/16"), BlockSize: 26}
+	osV6 = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd20::/64"), BlockSize: 122}
 )
 
 // kvCounter counts the calls an open makes through a real kv.Store.
@@ -90,53 +91,77 @@ var typedBackends = []typedBackend{
 	}},
 }
 
-// oldHandle is what the first-layout allocator (firstlayout) gave one attachment.
+// oldHandle is what the first layout's allocator gave one attachment.
 type oldHandle struct {
 	node string
 	ips  []ipam.HandleIP
 }
 
-// writeFirstLayout writes ds through the kv opening and the first-layout allocator (firstlayout):
-// dual-stack handles on two nodes, a single-stack and a dual-stack handle
-// holding an address borrowed from another node's block, and a released
-// one. It returns the live handles by ID.
+// The checked-in first-layout stores (kvbacked/migrate/testdata/README.md).
+const firstLayoutDir = "../store/kvbacked/migrate/testdata"
+
+// writeFirstLayout makes ds a store the first layout's allocator wrote: the
+// checked-in bbolt file copied into a local datastore's directory, the
+// checked-in etcd dump written under an etcd datastore's prefix (through
+// the kv opening). It holds dual-stack handles on several nodes, handles
+// holding addresses borrowed from another node's block (single-stack and
+// one family of a dual-stack one), a handle under its legacy ID, a
+// whereabouts allocation of no node, and a released handle (net.a1.eth0).
+// It returns the live handles by (canonical) ID, as the allocator
+// reported them.
 func writeFirstLayout(t *testing.T, ds config.Datastore) map[string]oldHandle {
 	t.Helper()
-	ctx := t.Context()
-	kvs, err := Open(ctx, ds)
+	want := "firstlayout-etcd.want.json"
+	if ds.Type == config.DatastoreLocal {
+		want = "firstlayout.db.want.json"
+		db, err := os.ReadFile(filepath.Join(firstLayoutDir, "firstlayout.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ds.Path, local.FileName), db, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var dump struct {
+			KVs []struct{ Key, Value string } `json:"kvs"`
+		}
+		raw, err := os.ReadFile(filepath.Join(firstLayoutDir, "firstlayout-etcd.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &dump); err != nil {
+			t.Fatal(err)
+		}
+		kvs, err := Open(t.Context(), ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer kvs.Close()
+		for _, e := range dump.KVs {
+			if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: e.Key, Value: []byte(e.Value)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(firstLayoutDir, want))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kvs.Close()
-	a := firstlayout.New(kvs, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
-	for _, p := range []ipam.Pool{osV4, osV6, osTiny} {
-		if _, err := a.EnsurePool(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+	var reported struct {
+		Handles []ipam.Handle `json:"handles"`
+		Blocks  []ipam.Block  `json:"blocks"`
 	}
-	out := map[string]oldHandle{}
-	alloc := func(node, container string, sets ...[]string) {
-		t.Helper()
-		id := ipam.HandleID("net", container, "eth0")
-		h, err := a.Allocate(ctx, firstlayout.Request{Handle: ipam.Handle{ID: id, Network: "net", ContainerID: container,
-			IfName: "eth0", Node: node, Namespace: "default", Pod: "pod-" + container}, Sets: sets})
-		if err != nil {
-			t.Fatalf("Allocate %s on %s: %v", container, node, err)
-		}
-		out[id] = oldHandle{node: node, ips: h.IPs}
-	}
-	dual := [][]string{{"v4"}, {"v6"}}
-	alloc("node-a", "a0", dual...)
-	alloc("node-a", "a1", dual...)
-	alloc("node-b", "b0", dual...)
-	alloc("node-a", "atiny", []string{"tiny"})                 // node-a claims tiny's only block
-	alloc("node-b", "btiny", []string{"tiny"})                 // node-b borrows from it
-	alloc("node-c", "cdual", []string{"tiny"}, []string{"v6"}) // IPv4 borrowed, IPv6 its own
-	id := ipam.HandleID("net", "a1", "eth0")
-	if _, err := a.Release(ctx, id); err != nil {
+	if err := json.Unmarshal(raw, &reported); err != nil {
 		t.Fatal(err)
 	}
-	delete(out, id)
+	_, handles, _ := nodealloc.CanonicalIDs(reported.Blocks, reported.Handles)
+	out := map[string]oldHandle{}
+	for _, h := range handles {
+		out[h.ID] = oldHandle{node: cmp.Or(h.Node, store.UnaffineNode), ips: h.IPs}
+	}
+	if _, ok := out[ipam.HandleID("net", "a1", "eth0")]; ok || len(out) < 5 {
+		t.Fatalf("%s: %d handles, net.a1.eth0 among them", want, len(out))
+	}
 	return out
 }
 
@@ -173,8 +198,8 @@ func sameIPs(x, y []ipam.HandleIP) bool {
 	return slices.Equal(addrs(x), addrs(y))
 }
 
-// A store written by the first-layout allocator (firstlayout) is migrated by the first
-// OpenStore: the v2 allocator finds every handle, borrowed addresses
+// A store written by the first layout's allocator is migrated by the first
+// OpenStore: the allocator finds every handle, borrowed addresses
 // included; a second OpenStore changes nothing (every key at the same
 // version) and costs one Get.
 func TestOpenStoreMigratesFirstLayout(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
 )
 
 // The benchmarks' pools: the allocator's blocks and the node objects' are
@@ -92,17 +90,15 @@ func (l latencies) report(b *testing.B) {
 }
 
 // BenchmarkAddEtcd measures a dual-stack ADD on the embedded etcd on a node
-// that holds 30 or 110 dual-stack pods: as the typed store's one
-// UpdateNode of the node object (v2), and as the first-layout allocator's
-// Allocate with its warm hint files (v1: 0 reads, 1 transaction), in the
-// same run. Only the ADD is timed; the DEL that keeps the node's size
-// steady is not.
+// that holds 30 or 110 dual-stack pods: the typed store's one UpdateNode
+// of the node object (0 reads, 1 transaction). Only the ADD is timed; the
+// DEL that keeps the node's size steady is not.
 //
 //	go test -run '^$' -bench AddEtcd -benchtime 400x ./internal/store/kvbacked/
 func BenchmarkAddEtcd(b *testing.B) {
 	ctx := context.Background()
 	for _, pods := range []int{30, 110} {
-		b.Run(fmt.Sprintf("v2-UpdateNode/pods=%d", pods), func(b *testing.B) {
+		b.Run(fmt.Sprintf("UpdateNode/pods=%d", pods), func(b *testing.B) {
 			cs := &counting{Store: openEtcd(b)}
 			s := kvbacked.New(cs)
 			defer s.Close()
@@ -126,7 +122,7 @@ func BenchmarkAddEtcd(b *testing.B) {
 				i++
 				next := cloneNode(n)
 				addDualStack(b, &next, benchHandle("node-a", id))
-				cs.reset()
+				cs.Reset()
 				b.StartTimer()
 				start := time.Now()
 				if n, err = s.UpdateNode(ctx, next); err != nil {
@@ -134,7 +130,7 @@ func BenchmarkAddEtcd(b *testing.B) {
 				}
 				lat = append(lat, time.Since(start))
 				b.StopTimer()
-				if gets, lists, txns := cs.counts(); gets+lists != 0 || txns != 1 {
+				if gets, lists, txns := cs.Counts(); gets+lists != 0 || txns != 1 {
 					b.Fatalf("UpdateNode: %d reads, %d txns", gets+lists, txns)
 				}
 				next = cloneNode(n)
@@ -147,57 +143,5 @@ func BenchmarkAddEtcd(b *testing.B) {
 			lat.report(b)
 			b.ReportMetric(float64(len(enc)), "object-B")
 		})
-		b.Run(fmt.Sprintf("v1-Allocate/pods=%d", pods), func(b *testing.B) {
-			cs := &counting{Store: openEtcd(b)}
-			defer cs.Close()
-			a := newAllocator(b, cs)
-			a.SetHints(firstlayout.FileHints{Dir: hintDir(b)})
-			for _, p := range []ipam.Pool{bench4, bench6} {
-				if _, err := a.EnsurePool(ctx, p); err != nil {
-					b.Fatal(err)
-				}
-			}
-			req := func(id string) firstlayout.Request {
-				return firstlayout.Request{Handle: benchHandle("node-a", id), Sets: [][]string{{"b4"}, {"b6"}}}
-			}
-			for i := range pods {
-				if _, err := a.Allocate(ctx, req(fmt.Sprintf("resident-%03d", i))); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var lat latencies
-			reads, txns, i := 0, 0, 0
-			for b.Loop() {
-				id := fmt.Sprintf("bench-%d", i)
-				i++
-				cs.reset()
-				start := time.Now()
-				if _, err := a.Allocate(ctx, req(id)); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-				b.StopTimer()
-				g, l, t := cs.counts()
-				reads, txns = reads+g+l, txns+t
-				if _, err := a.Release(ctx, ipam.HandleID("k8s-pod-network", id, "eth0")); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(reads)/float64(i), "reads/op")
-			b.ReportMetric(float64(txns)/float64(i), "txns/op")
-			lat.report(b)
-		})
 	}
-}
-
-// hintDir is a temp dir for hint files on a tmpfs when there is one, as
-// the plugin keeps them under /run on a node.
-func hintDir(b *testing.B) string {
-	dir, err := os.MkdirTemp("/dev/shm", "ipkeeper-bench-")
-	if err != nil {
-		return b.TempDir()
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }

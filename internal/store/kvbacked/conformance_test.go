@@ -12,8 +12,8 @@ import (
 // bbolt file and on the embedded etcd.
 func TestConformance(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T) store.Store { return kvbacked.New(b.open(t)) })
+		t.Run(b.Name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) store.Store { return kvbacked.New(b.Open(t)) })
 		})
 	}
 }

@@ -7,7 +7,8 @@
 // # Layout
 //
 // Every key is relative to the kv.Store (etcd adds its prefix). Keys and
-// values stay inside this package; callers see typed objects only.
+// values stay inside this package and its migrate subpackage (layout.go
+// exports what that needs); callers see typed objects only.
 //
 //	pools2/<pool>                      ipam.Pool JSON (store.MarshalPool), exactly
 //	                                   what the first layout wrote under pools/
@@ -15,8 +16,8 @@
 //	nodeclaims/<node>/<pool>/<block>   the same JSON: the claim indexed by node
 //	nodes/<node>                       store.MarshalNode JSON (store.NodeSpec)
 //	lends/<borrower>/<lender>          empty: lender's object may lend to borrower
-//	meta/layout                        "2" once Migrate has run (see ReadLayout)
-//	meta/converted                     the highest version Migrate's read saw
+//	meta/layout                        "2" once package migrate has run (ReadLayout)
+//	meta/converted                     the highest version the migration read
 //
 // <block> is the CIDR with its "/" replaced by "-" (10.0.0.64-26,
 // fd00::40-122), as the first layout named blocks. Pool and node names
@@ -25,20 +26,13 @@
 // first layout's pools/, blocks/, affinity/ or handles/ keys, or the other
 // way round.
 //
-// # The first layout and the upgrade fence
+// # The first layout
 //
-// The first layout's keys are only read and written by Migrate. Its
-// blocks/, affinity/ and handles/ keys are converted and then deleted.
-// Its pools/<pool> keys are never deleted: Migrate copies each to
-// pools2/<pool> and marks it Deleting in one transaction (fence.go), before
-// it reads what it converts. A plugin of the earlier version still running
-// on a node not yet upgraded guards every allocation by its pools' versions
-// and allocates from no pool marked Deleting, so it fails its ADD (the
-// kubelet retries until the new plugin is there) and cannot add
-// first-layout state the conversion would miss; its DELs keep working on
-// what is left of the first layout and never touch the typed keys. Keeping
-// the marked keys also keeps such a plugin from re-creating a pool its
-// config defines.
+// Stores the first layout wrote (pools/, blocks/, affinity/, handles/)
+// are converted to these objects by package migrate, which the datastore's
+// open path runs on a store without the layout marker; the first layout's
+// pools/<pool> keys stay, marked Deleting (the upgrade fence). Nothing in
+// this package reads or writes first-layout keys.
 //
 // A claim and its index key are put and deleted in one kv transaction,
 // so they exist together or not at all, and (kv.RevisionTxner: every key

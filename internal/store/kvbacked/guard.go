@@ -49,7 +49,7 @@ func (s *Store) TakeHint(w Warm) (Warmed, bool) {
 		return Warmed{}, false
 	}
 	out := Warmed{OK: true, Store: h.Store, Hint: *h, Hinted: true, Unread: true}
-	conds := []kv.Cond{{Key: layoutKey, Version: lv, Value: []byte(layoutV2)}, {Key: storeKey, Version: sv, Value: []byte(h.Store)}}
+	conds := []kv.Cond{{Key: MarkerKey, Version: lv, Value: []byte(MarkerValue)}, {Key: storeKey, Version: sv, Value: []byte(h.Store)}}
 	for _, name := range w.Pools {
 		if store.ValidName("pool", name) != nil {
 			continue
@@ -154,14 +154,14 @@ func (s *Store) checkRead(ctx context.Context) error {
 // ErrUnavailable, another identity ErrStale (and ErrConflict), and drops
 // what was taken on trust.
 func (s *Store) checkLayout(ctx context.Context) error {
-	es, err := s.kv.Get(ctx, layoutKey, storeKey)
+	es, err := s.kv.Get(ctx, MarkerKey, storeKey)
 	if err != nil {
 		return mapErr("read the layout marker", err)
 	}
 	if l, err := layoutOf(es[0]); err != nil || l != LayoutTyped {
 		s.forget()
 		s.dropGuard()
-		return fmt.Errorf("%w: the datastore's layout changed during this call (%s holds %q); try again", store.ErrUnavailable, layoutKey, es[0].Value)
+		return fmt.Errorf("%w: the datastore's layout changed during this call (%s holds %q); try again", store.ErrUnavailable, MarkerKey, es[0].Value)
 	}
 	s.guard.mu.Lock()
 	id := s.guard.store

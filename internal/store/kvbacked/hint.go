@@ -123,7 +123,7 @@ func EnsureStoreID(ctx context.Context, s kv.Store) (string, store.Version, erro
 // LayoutVersion returns the version of the layout marker of a store of
 // the typed layout ("" for another layout).
 func LayoutVersion(ctx context.Context, s kv.Store) (store.Version, error) {
-	es, err := s.Get(ctx, layoutKey)
+	es, err := s.Get(ctx, MarkerKey)
 	if err != nil {
 		return "", mapErr("read the layout marker", err)
 	}

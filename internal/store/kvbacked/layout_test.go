@@ -45,9 +45,9 @@ func raw(t *testing.T, s kv.Store, prefix string) map[string]int64 {
 func TestClaimAndIndexTogether(t *testing.T) {
 	for _, b := range backends {
 		for _, f := range families {
-			t.Run(b.name+"/"+f.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+f.name, func(t *testing.T) {
 				ctx := t.Context()
-				kvs := b.open(t)
+				kvs := b.Open(t)
 				s := kvbacked.New(kvs)
 				defer s.Close()
 				cidr := f.pool.BlockAt(3)
@@ -151,9 +151,9 @@ func withoutHandle(t *testing.T, n store.Node, node string) store.Node {
 // the lends key of each borrower, put together.
 func TestUpdateNodeOneTxnNoRead(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
-			cs := &counting{Store: b.open(t)}
+			cs := &counting{Store: b.Open(t)}
 			s := kvbacked.New(cs)
 			defer s.Close()
 			n, err := s.CreateNode(ctx, lenderNode(t, "node-a", 3, "node-b", "node-c"))
@@ -161,17 +161,17 @@ func TestUpdateNodeOneTxnNoRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 3 {
-				cs.reset()
+				cs.Reset()
 				next := lenderNode(t, "node-a", 4+i, "node-b", "node-c")
 				next.Version = n.Version
 				if n, err = s.UpdateNode(ctx, next); err != nil {
 					t.Fatal(err)
 				}
-				if gets, lists, txns := cs.counts(); gets != 0 || lists != 0 || txns != 1 {
+				if gets, lists, txns := cs.Counts(); gets != 0 || lists != 0 || txns != 1 {
 					t.Fatalf("UpdateNode: %d gets, %d lists, %d txns; want 0, 0, 1", gets, lists, txns)
 				}
 				var keys []string
-				for _, op := range cs.ops[0] {
+				for _, op := range cs.Ops()[0] {
 					keys = append(keys, op.Key)
 				}
 				if want := []string{"nodes/node-a", "lends/node-b/node-a", "lends/node-c/node-a"}; !slices.Equal(keys, want) {
@@ -192,9 +192,9 @@ func TestUpdateNodeOneTxnNoRead(t *testing.T) {
 // the delete commits stays.
 func TestStaleLendsEntries(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
-			cs := &counting{Store: b.open(t)}
+			cs := &counting{Store: b.Open(t)}
 			s := kvbacked.New(cs)
 			defer s.Close()
 			a, err := s.CreateNode(ctx, lenderNode(t, "node-a", 1, "node-b"))
@@ -245,7 +245,7 @@ func TestStaleLendsEntries(t *testing.T) {
 			// lender is written meanwhile: node-a lends again between the
 			// read and the delete of its entry.
 			var relent store.Node
-			cs.beforeTxn = func(_ []kv.Cond, ops []kv.Op) {
+			cs.BeforeTxn = func(_ []kv.Cond, ops []kv.Op) {
 				if len(ops) == 1 && ops[0].Key == "lends/node-b/node-a" && ops[0].Delete && relent.Name == "" {
 					again := lenderNode(t, "node-a", 1, "node-b")
 					again.Version = a.Version
@@ -255,7 +255,7 @@ func TestStaleLendsEntries(t *testing.T) {
 				}
 			}
 			lenders()
-			cs.beforeTxn = nil
+			cs.BeforeTxn = nil
 			if relent.Name == "" {
 				t.Fatal("no delete of node-a's stale entry was tried")
 			}

@@ -3,6 +3,7 @@ package kvbacked
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -225,4 +226,10 @@ func (s *Store) list(ctx context.Context, what, prefix string) ([]kv.KeyValue, e
 		return nil, mapErr(what, err)
 	}
 	return es, nil
+}
+
+// claimValue is a claim's stored value (of its key and its index key).
+func claimValue(c store.Claim) []byte {
+	b, _ := json.Marshal(store.ClaimSpec{Pool: c.Pool, CIDR: c.CIDR, Node: c.Node})
+	return b
 }

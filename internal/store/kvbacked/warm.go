@@ -51,7 +51,7 @@ type Warmed struct {
 // more Get), and the claims the hint names are read with the rest: those
 // that still name the node are returned.
 func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, error) {
-	keys := []string{layoutKey, storeKey}
+	keys := []string{MarkerKey, storeKey}
 	node := w.Node != "" && store.ValidName("node", w.Node) == nil
 	hinted := node && w.Hint.usable(w.Node)
 	if node && !hinted {

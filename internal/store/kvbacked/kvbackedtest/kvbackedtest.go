@@ -53,7 +53,7 @@ func Backends(t *testing.T, fn func(t *testing.T, s *kvbacked.Store)) {
 	})
 }
 
-// Stop ends the shared etcd, if Backends started one; call it from
+// Stop ends the shared etcd, if Backends or OpenEtcd started one; call it from
 // TestMain after m.Run.
 func Stop() {
 	if server != nil {

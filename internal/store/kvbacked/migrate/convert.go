@@ -1,4 +1,4 @@
-package kvbacked
+package migrate
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // convert computes the typed keys and values equivalent to the
@@ -23,24 +24,24 @@ func convert(es []kv.KeyValue, rep *Report) (map[string][]byte, error) {
 	var blocks []ipam.Block
 	for _, e := range es {
 		switch {
-		case strings.HasPrefix(e.Key, v1BlockPrefix):
-			b, err := decodeV1[ipam.Block](e)
+		case strings.HasPrefix(e.Key, firstBlockPrefix):
+			b, err := decodeFirst[ipam.Block](e)
 			if err != nil {
 				return nil, err
 			}
 			if err := b.Validate(); err != nil {
 				return nil, fmt.Errorf("%w: migrate: %s: %v", store.ErrCorrupt, e.Key, err)
 			}
-			if e.Key != v1BlockPrefix+b.Pool+"/"+blockName(b.CIDR) {
+			if e.Key != firstBlockPrefix+b.Pool+"/"+strings.Replace(b.CIDR.String(), "/", "-", 1) {
 				return nil, fmt.Errorf("%w: migrate: %s holds block %s of pool %q", store.ErrCorrupt, e.Key, b.CIDR, b.Pool)
 			}
 			blocks = append(blocks, b)
-		case strings.HasPrefix(e.Key, v1HandlePrefix):
-			h, err := decodeV1[ipam.Handle](e)
+		case strings.HasPrefix(e.Key, firstHandlePrefix):
+			h, err := decodeFirst[ipam.Handle](e)
 			if err != nil {
 				return nil, err
 			}
-			if e.Key != v1HandlePrefix+h.ID {
+			if e.Key != firstHandlePrefix+h.ID {
 				return nil, fmt.Errorf("%w: migrate: %s holds handle %q", store.ErrCorrupt, e.Key, h.ID)
 			}
 			handles = append(handles, h)
@@ -66,23 +67,13 @@ func convert(es []kv.KeyValue, rep *Report) (map[string][]byte, error) {
 	for _, f := range asm.Strays {
 		rep.Strays = append(rep.Strays, f.String())
 	}
-	target := map[string][]byte{}
-	for _, n := range asm.Nodes {
-		val, err := store.MarshalNode(n)
-		if err != nil {
-			return nil, fmt.Errorf("%w: migrate: node object %q: %w", store.ErrCorrupt, n.Name, err)
-		}
-		target[nodeKey(n.Name)] = val
-		for _, borrower := range n.LendsTo() {
-			target[lendsKey(borrower, n.Name)] = []byte{}
-		}
-		rep.Nodes++
-		rep.Handles += len(n.Handles)
+	target, err := kvbacked.ObjectKeys(asm.Nodes, asm.Claims)
+	if err != nil {
+		return nil, fmt.Errorf("%w: migrate: %w", store.ErrCorrupt, err)
 	}
-	for _, c := range asm.Claims {
-		target[claimKey(c.BlockRef)] = claimValue(c)
-		target[nodeClaimKey(c.Node, c.BlockRef)] = claimValue(c)
-		rep.Claims++
+	rep.Nodes, rep.Claims = len(asm.Nodes), len(asm.Claims)
+	for _, n := range asm.Nodes {
+		rep.Handles += len(n.Handles)
 	}
 	return target, nil
 }

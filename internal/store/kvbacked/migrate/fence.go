@@ -1,4 +1,4 @@
-package kvbacked
+package migrate
 
 import (
 	"context"
@@ -8,52 +8,21 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
-// v1PoolPrefix is the first layout's pool prefix. Its keys are never
-// deleted: Migrate leaves them marked Deleting, which is the upgrade fence
+// firstPoolPrefix is the first layout's pool prefix. Its keys are never
+// deleted: Run leaves them marked Deleting, which is the upgrade fence
 // (see fence).
-const v1PoolPrefix = "pools/"
+const firstPoolPrefix = "pools/"
 
 // fencedOrigin replaces a fenced first-layout pool's Origin "import": the
 // first layout's allocator lets a config redefine an imported pool (and
 // so would clear the mark); any other origin makes it refuse instead.
 const fencedOrigin = "migrated"
 
-// Layout says which layout a kv.Store holds.
-type Layout int
-
-const (
-	// LayoutUnmarked: no layout marker. The store is empty, holds the
-	// first layout, a conversion Migrate did not finish, or objects written
-	// before any marker; Migrate sorts it out.
-	LayoutUnmarked Layout = iota
-	// LayoutTyped: Migrate has run to its marker; the typed objects are
-	// the truth.
-	LayoutTyped
-)
-
-// ReadLayout tells a store's layout by one read of its marker key (one
-// Get: one round trip on etcd, a read transaction on the local file).
-func ReadLayout(ctx context.Context, s kv.Store) (Layout, error) {
-	l, _, err := ReadLayoutWarm(ctx, s, Warm{})
-	return l, err
-}
-
-// layoutOf tells the layout by the marker key as read.
-func layoutOf(e kv.KeyValue) (Layout, error) {
-	switch v := string(e.Value); {
-	case e.Version == 0:
-		return LayoutUnmarked, nil
-	case v == layoutV2:
-		return LayoutTyped, nil
-	default:
-		return LayoutUnmarked, fmt.Errorf("%w: %s holds %q, a layout this version does not know (a newer ipkeeper wrote it?)", store.ErrCorrupt, layoutKey, v)
-	}
-}
-
 // fence is the upgrade fence: every first-layout pool gets a typed copy
-// (its value as it is, under poolPrefix) and its first-layout key is
+// (its value as it is, at kvbacked.PoolKey) and its first-layout key is
 // marked Deleting (Origin "import" becoming fencedOrigin), in transactions
 // within the store's limits, each guarded by the versions in snap — copy
 // and mark of a pool in one transaction, so a typed copy exists exactly
@@ -85,18 +54,18 @@ func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Re
 		return nil
 	}
 	for _, key := range sortedKeys(snap) {
-		if !strings.HasPrefix(key, v1PoolPrefix) {
+		if !strings.HasPrefix(key, firstPoolPrefix) {
 			continue
 		}
 		e := snap[key]
-		name := strings.TrimPrefix(key, v1PoolPrefix)
+		name := strings.TrimPrefix(key, firstPoolPrefix)
 		marked, ok, err := markedPool(e)
 		if err != nil {
 			return written, err
 		}
 		var c []kv.Cond
 		var o []kv.Op
-		tkey := poolKey(name)
+		tkey := kvbacked.PoolKey(name)
 		_, copied := snap[tkey]
 		if !copied {
 			c = append(c, kv.Cond{Key: tkey})
@@ -155,10 +124,10 @@ func markedPool(e kv.KeyValue) ([]byte, bool, error) {
 // typed copy exists and its key is marked).
 func fenced(snap map[string]kv.KeyValue) bool {
 	for key, e := range snap {
-		if !strings.HasPrefix(key, v1PoolPrefix) {
+		if !strings.HasPrefix(key, firstPoolPrefix) {
 			continue
 		}
-		if _, copied := snap[poolKey(strings.TrimPrefix(key, v1PoolPrefix))]; !copied {
+		if _, copied := snap[kvbacked.PoolKey(strings.TrimPrefix(key, firstPoolPrefix))]; !copied {
 			return false
 		}
 		if _, ok, err := markedPool(e); err != nil || !ok {

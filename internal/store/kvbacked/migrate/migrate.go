@@ -1,4 +1,4 @@
-package kvbacked
+package migrate
 
 import (
 	"context"
@@ -12,39 +12,40 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
-// The first layout's prefixes (internal/allocator/keys.go) besides pools/
-// (v1PoolPrefix, fence.go): converted and, at the end, deleted.
+// The first layout's prefixes besides pools/ (firstPoolPrefix, fence.go):
+// converted and, at the end, deleted.
 const (
-	v1BlockPrefix    = "blocks/"
-	v1AffinityPrefix = "affinity/"
-	v1HandlePrefix   = "handles/"
+	firstBlockPrefix    = "blocks/"
+	firstAffinityPrefix = "affinity/"
+	firstHandlePrefix   = "handles/"
 )
 
-// Meta keys: the layout marker ("2") and the highest version the
+// Meta keys (kvbacked's): the layout marker and the highest version the
 // conversion read, written together once every object is converted.
 const (
-	layoutKey    = metaPrefix + "layout"
-	convertedKey = metaPrefix + "converted"
-	layoutV2     = "2"
+	layoutKey    = kvbacked.MarkerKey
+	convertedKey = kvbacked.ConvertedKey
+	layoutTyped  = kvbacked.MarkerValue
 )
 
-// ErrLateWrite is wrapped by Migrate's error when a first-layout key was
+// ErrLateWrite is wrapped by Run's error when a first-layout key was
 // written after the conversion read it (a process of the earlier version
 // still running): the key is left in place and `ipkeeperctl check`
 // reports what it holds.
 var ErrLateWrite = errors.New("first-layout key written during migration")
 
-// Report says what Migrate did.
+// Report says what Run did.
 type Report struct {
 	// Done is true when the store was already migrated and holds no
-	// first-layout keys to delete, or is empty: Migrate changed nothing.
+	// first-layout keys to delete, or is empty: Run changed nothing.
 	Done bool
 	// Nodes, Claims and Handles count the node objects, claims and handle
 	// records of the converted state.
 	Nodes, Claims, Handles int
-	// Written counts the keys Migrate put or deleted to bring the typed
+	// Written counts the keys Run put or deleted to bring the typed
 	// objects to the converted state (0 when a rerun found them there).
 	Written int
 	// DroppedBlocks are first-layout blocks affine to no node and empty:
@@ -74,7 +75,7 @@ type Report struct {
 	Late []string
 }
 
-// Migrate converts a store written by the first layout (pools/, blocks/,
+// Run converts a store written by the first layout (pools/, blocks/,
 // affinity/, handles/) into this package's typed objects, then deletes the
 // first layout's blocks, affinities and handles. It is idempotent and
 // resumable:
@@ -102,14 +103,14 @@ type Report struct {
 //     after a crash continues here); later ones are reported (ErrLateWrite).
 //     The first layout's pool keys stay, marked: they are the fence.
 //
-// A failed condition anywhere (a concurrent Migrate, a release of the
+// A failed condition anywhere (a concurrent Run, a release of the
 // earlier version) starts over from a new read, at most 5 times, then
 // fails with store.ErrConflict. A store holding no first-layout key is
 // only marked (step 5), an empty one too.
 //
-// Until step 5 nothing may use the typed objects: the datastore opens the
-// store through Migrate (datastore.OpenStore).
-func Migrate(ctx context.Context, s kv.Store) (Report, error) {
+// Until step 5 nothing may use the typed objects: the open path runs it
+// through Ensure.
+func Run(ctx context.Context, s kv.Store) (Report, error) {
 	var pools, fenced int // the fence's writes, over every attempt
 	for range 5 {
 		rep, again, err := migrateOnce(ctx, s)
@@ -127,15 +128,15 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 	if err != nil {
 		return rep, false, err
 	}
-	if m, ok := snap[layoutKey]; ok && string(m.Value) != layoutV2 {
+	if m, ok := snap[layoutKey]; ok && string(m.Value) != layoutTyped {
 		return rep, false, fmt.Errorf("%w: migrate: %s holds %q, a layout this version does not know", store.ErrCorrupt, layoutKey, m.Value)
 	} else if ok {
 		converted, _ := strconv.ParseInt(string(snap[convertedKey].Value), 10, 64)
-		again, err := deleteV1(ctx, s, all, converted, &rep)
+		again, err := deleteFirst(ctx, s, all, converted, &rep)
 		rep.Done = rep.Deleted == 0 && len(rep.Late) == 0
 		return rep, again, err
 	}
-	if !slices.ContainsFunc(all, func(e kv.KeyValue) bool { return isV1(e.Key) || strings.HasPrefix(e.Key, v1PoolPrefix) }) {
+	if !slices.ContainsFunc(all, func(e kv.KeyValue) bool { return isFirst(e.Key) || strings.HasPrefix(e.Key, firstPoolPrefix) }) {
 		// An empty store, or typed objects only (written before markers
 		// were written on empty stores): mark it, so that the store's
 		// next open costs one read and a bad request after a valid one
@@ -169,13 +170,13 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 	if err != nil {
 		return rep, false, err
 	}
-	if !sameV1(all, now) || !fenced(nowSnap) {
+	if !sameFirst(all, now) || !fenced(nowSnap) {
 		return rep, true, nil
 	}
 	if again, err := conflicted("migrate: write the layout marker", writeMarker(ctx, s, snap, maxv)); err != nil || again {
 		return rep, again, err
 	}
-	again, err = deleteV1(ctx, s, now, maxv, &rep)
+	again, err = deleteFirst(ctx, s, now, maxv, &rep)
 	return rep, again, err
 }
 
@@ -184,7 +185,7 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 func readAll(ctx context.Context, s kv.Store, what string) ([]kv.KeyValue, map[string]kv.KeyValue, int64, error) {
 	all, err := s.List(ctx, "")
 	if err != nil {
-		return nil, nil, 0, mapErr(what, err)
+		return nil, nil, 0, kvbacked.MapErr(what, err)
 	}
 	snap := make(map[string]kv.KeyValue, len(all))
 	var maxv int64
@@ -199,34 +200,34 @@ func readAll(ctx context.Context, s kv.Store, what string) ([]kv.KeyValue, map[s
 // by the meta keys' versions in snap.
 func writeMarker(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, maxv int64) error {
 	_, err := kv.TxnRevision(ctx, s, []kv.Cond{{Key: layoutKey, Version: snap[layoutKey].Version}, {Key: convertedKey, Version: snap[convertedKey].Version}},
-		[]kv.Op{{Key: layoutKey, Value: []byte(layoutV2)}, {Key: convertedKey, Value: []byte(strconv.FormatInt(maxv, 10))}})
+		[]kv.Op{{Key: layoutKey, Value: []byte(layoutTyped)}, {Key: convertedKey, Value: []byte(strconv.FormatInt(maxv, 10))}})
 	return err
 }
 
 // conflicted maps a write's error: a failed condition (another process,
-// a concurrent Migrate included, wrote meanwhile) means "start over".
+// a concurrent Run included, wrote meanwhile) means "start over".
 func conflicted(what string, err error) (bool, error) {
 	if errors.Is(err, kv.ErrConflict) {
 		return true, nil
 	}
-	return false, mapErr(what, err)
+	return false, kvbacked.MapErr(what, err)
 }
 
 // sortedKeys returns m's keys, sorted.
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
-// isV1 reports whether key belongs to the first layout only.
-func isV1(key string) bool {
-	return strings.HasPrefix(key, v1BlockPrefix) || strings.HasPrefix(key, v1AffinityPrefix) || strings.HasPrefix(key, v1HandlePrefix)
+// isFirst reports whether key belongs to the first layout only.
+func isFirst(key string) bool {
+	return strings.HasPrefix(key, firstBlockPrefix) || strings.HasPrefix(key, firstAffinityPrefix) || strings.HasPrefix(key, firstHandlePrefix)
 }
 
-// sameV1 reports whether two reads hold the same first-layout keys at the
+// sameFirst reports whether two reads hold the same first-layout keys at the
 // same versions.
-func sameV1(a, b []kv.KeyValue) bool {
+func sameFirst(a, b []kv.KeyValue) bool {
 	filter := func(es []kv.KeyValue) map[string]int64 {
 		m := map[string]int64{}
 		for _, e := range es {
-			if isV1(e.Key) {
+			if isFirst(e.Key) {
 				m[e.Key] = e.Version
 			}
 		}
@@ -252,7 +253,7 @@ func apply(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, target 
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(snap)) {
-		if _, keep := target[key]; !keep && isTyped(key) {
+		if _, keep := target[key]; !keep && kvbacked.IsObjectKey(key) {
 			if err := b.add(kv.Cond{Key: key, Version: snap[key].Version}, kv.Op{Key: key, Delete: true}); err != nil {
 				return err
 			}
@@ -301,26 +302,16 @@ func (b *batch) flush() error {
 	return nil
 }
 
-// isTyped reports whether key is one of this layout's object keys.
-func isTyped(key string) bool {
-	for _, p := range []string{claimPrefix, nodeClaimPrefix, nodePrefix, lendsPrefix} {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// deleteV1 deletes the first-layout keys of es at versions up to
+// deleteFirst deletes the first-layout keys of es at versions up to
 // converted, in transactions within the store's limits, each key guarded
 // by its version; later ones are reported. A key changed since es was
-// read (a concurrent Migrate deleted it, or a process of the earlier
+// read (a concurrent Run deleted it, or a process of the earlier
 // version wrote it) fails its transaction: again is true, and a new read
 // starts over.
-func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64, rep *Report) (again bool, err error) {
+func deleteFirst(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64, rep *Report) (again bool, err error) {
 	b := newBatch(ctx, s, &rep.Deleted)
 	for _, e := range es {
-		if !isV1(e.Key) {
+		if !isFirst(e.Key) {
 			continue
 		}
 		if e.Version > converted {
@@ -340,14 +331,8 @@ func deleteV1(ctx context.Context, s kv.Store, es []kv.KeyValue, converted int64
 	return false, nil
 }
 
-// claimValue is a claim's stored value.
-func claimValue(c store.Claim) []byte {
-	b, _ := json.Marshal(store.ClaimSpec{Pool: c.Pool, CIDR: c.CIDR, Node: c.Node})
-	return b
-}
-
-// decodeV1 decodes a first-layout value.
-func decodeV1[T any](e kv.KeyValue) (T, error) {
+// decodeFirst decodes a first-layout value.
+func decodeFirst[T any](e kv.KeyValue) (T, error) {
 	var v T
 	if err := json.Unmarshal(e.Value, &v); err != nil {
 		return v, fmt.Errorf("%w: migrate: %s: %v", store.ErrCorrupt, e.Key, err)

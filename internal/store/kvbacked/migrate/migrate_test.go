@@ -1,4 +1,4 @@
-package kvbacked_test
+package migrate_test
 
 import (
 	"cmp"
@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -19,119 +18,19 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
 )
-
-var (
-	migV4   = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.8.0.0/16"), BlockSize: 26, Gateway: netip.MustParseAddr("10.8.0.1")}
-	migV6   = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd08::/64"), BlockSize: 122}
-	migTiny = ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.9.0.0/28"), BlockSize: 28} // one block: others borrow
-	migWA   = ipam.Pool{Name: "wa", CIDR: netip.MustParsePrefix("10.10.0.0/24"), BlockSize: 28}
-)
-
-// v1State is what the first-layout allocator reports about a store it wrote.
-type v1State struct {
-	handles []ipam.Handle
-	blocks  []ipam.Block
-}
-
-// writeFirstLayout fills s through the first-layout allocator: single- and
-// dual-stack handles on three nodes, a borrowed address (single-stack and
-// one family of a dual-stack handle, and on a fourth node holding no
-// block of its own), a handle stored under its legacy
-// ID as earlier versions wrote it, and two blocks affine to no node as the
-// whereabouts importer writes them (one holding an address, one empty).
-func writeFirstLayout(t *testing.T, s kv.Store) v1State {
-	t.Helper()
-	ctx := context.Background()
-	a := newAllocator(t, s)
-	a.Now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
-	for _, p := range []ipam.Pool{migV4, migV6, migTiny, migWA} {
-		if _, err := a.EnsurePool(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	alloc := func(node, container string, sets ...[]string) {
-		t.Helper()
-		h := benchHandle(node, container)
-		h.Network = "net"
-		h.ID = ipam.HandleID("net", container, "eth0")
-		if _, err := a.Allocate(ctx, firstlayout.Request{Handle: h, Sets: sets}); err != nil {
-			t.Fatalf("Allocate %s on %s: %v", container, node, err)
-		}
-	}
-	dual := [][]string{{"v4"}, {"v6"}}
-	for i := range 3 {
-		alloc("node-a", fmt.Sprintf("a%d", i), dual...)
-	}
-	alloc("node-a", "a4only", []string{"v4"})
-	alloc("node-a", "a6only", []string{"v6"})
-	alloc("node-b", "b0", dual...)
-	alloc("node-a", "atiny", []string{"tiny"})                 // node-a claims tiny's only block
-	alloc("node-b", "btiny", []string{"tiny"})                 // node-b borrows from it
-	alloc("node-c", "cdual", []string{"tiny"}, []string{"v6"}) // IPv4 borrowed, IPv6 own
-	alloc("node-d", "dtiny", []string{"tiny"})                 // borrowed by a node holding no block
-	alloc("node-a", "old.dot", []string{"v4"})
-	if _, err := a.Release(ctx, ipam.HandleID("net", "a1", "eth0")); err != nil { // free queues out of order
-		t.Fatal(err)
-	}
-
-	// Re-store "old.dot" under its legacy ID, as earlier versions did.
-	id := ipam.HandleID("net", "old.dot", "eth0")
-	legacy := ipam.LegacyHandleID("net", "old.dot", "eth0")
-	es, err := s.Get(ctx, firstlayout.HandleKey(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _, _ := a.Handle(ctx, id)
-	_, blk, err := a.Block(ctx, h.IPs[0].Block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bkey := firstlayout.BlockKey(blk.Pool, blk.CIDR)
-	bes, _ := s.Get(ctx, bkey)
-	ord, _ := blk.Ordinal(h.IPs[0].Addr)
-	blk.Owners[ord] = legacy
-	h.ID = legacy
-	if err := s.Txn(ctx, []kv.Cond{{Key: es[0].Key, Version: es[0].Version}, {Key: bkey, Version: bes[0].Version}}, []kv.Op{
-		{Key: es[0].Key, Delete: true}, {Key: firstlayout.HandleKey(legacy), Value: firstlayout.Encode(h)}, {Key: bkey, Value: firstlayout.Encode(blk)}}); err != nil {
-		t.Fatal(err)
-	}
-
-	// Blocks affine to no node, as the whereabouts importer writes them.
-	wa := ipam.NewBlock(migWA, migWA.BlockAt(0), "")
-	wa, addr, err := wa.Assign(migWA, "net.wa-pod.eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh := ipam.Handle{ID: "net.wa-pod.eth0", Network: "net", ContainerID: "wa-pod", IfName: "eth0", Namespace: "default", Pod: "wa",
-		IPs: []ipam.HandleIP{{Addr: addr, Pool: migWA.Name, Block: wa.CIDR}}}
-	empty := ipam.NewBlock(migWA, migWA.BlockAt(1), "")
-	if err := s.Txn(ctx, nil, []kv.Op{{Key: firstlayout.BlockKey(wa.Pool, wa.CIDR), Value: firstlayout.Encode(wa)},
-		{Key: firstlayout.HandleKey(wh.ID), Value: firstlayout.Encode(wh)},
-		{Key: firstlayout.BlockKey(empty.Pool, empty.CIDR), Value: firstlayout.Encode(empty)}}); err != nil {
-		t.Fatal(err)
-	}
-
-	var st v1State
-	if st.handles, err = a.Handles(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st.blocks, err = a.Blocks(ctx, ""); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
 
 // checkMigrated fails unless the typed store holds every handle, address
 // and block of want, and no first-layout key is left.
-func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
+func checkMigrated(t *testing.T, kvs kv.Store, want firstState) {
 	t.Helper()
 	ctx := context.Background()
 	// A handle stored under its legacy ID is converted under the
 	// canonical one, which DEL and GC name.
 	var renamed map[string]string
-	want.blocks, want.handles, renamed = nodealloc.CanonicalIDs(want.blocks, want.handles)
+	want.Blocks, want.Handles, renamed = nodealloc.CanonicalIDs(want.Blocks, want.Handles)
 	if len(renamed) == 0 {
 		t.Fatal("the first-layout store holds no handle under a legacy ID to rename")
 	}
@@ -146,7 +45,7 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 			records[h.ID] = append(records[h.ID], h)
 		}
 	}
-	for _, h := range want.handles {
+	for _, h := range want.Handles {
 		var ips []ipam.HandleIP
 		for _, r := range records[h.ID] {
 			ips = append(ips, r.IPs...)
@@ -175,7 +74,7 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 		t.Errorf("records of handles the first layout did not have: %v", slices.Sorted(maps.Keys(records)))
 	}
 	blocks := 0
-	for _, b := range want.blocks {
+	for _, b := range want.Blocks {
 		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
 		node := b.Node
 		if node == "" {
@@ -212,10 +111,10 @@ func checkMigrated(t *testing.T, kvs kv.Store, want v1State) {
 		t.Errorf("lenders of node-b: %v, %v; want node-a", lenders, err)
 	}
 	checkLoans(t, nodes)
-	// The v2 allocator finds every handle whole from its node's object
+	// The allocator finds every handle whole from its node's object
 	// and the lenders its loans name.
 	a := allocator.NewStoreAllocator(s, nil)
-	for _, h := range want.handles {
+	for _, h := range want.Handles {
 		node := cmp.Or(h.Node, store.UnaffineNode)
 		got, ok, err := a.Handle(ctx, node, h.ID)
 		if err != nil || !ok || !sameAddrs(got.IPs, want.handleIPs(h.ID)) {
@@ -287,38 +186,29 @@ func sameAddrs(x, y []ipam.HandleIP) bool {
 	return slices.Equal(addrs(x), addrs(y))
 }
 
-// handleIPs returns the addresses the first layout gave handle id.
-func (st v1State) handleIPs(id string) []ipam.HandleIP {
-	for _, h := range st.handles {
-		if h.ID == id {
-			return h.IPs
-		}
-	}
-	return nil
-}
-
-// A store written by the first-layout allocator migrates with every handle,
-// address and block the same through the typed store, and a second run
-// changes nothing.
+// The checked-in first-layout stores (the bbolt file, the etcd dump)
+// migrate with every handle, address and block the same through the typed
+// store, the pools fenced; a second run changes nothing; the migrated
+// handles holding borrowed addresses release cleanly.
 func TestMigrateFirstLayout(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			kvs := b.open(t)
+		t.Run(b.Name, func(t *testing.T) {
+			kvs, want := openFirstLayout(t, b)
 			defer kvs.Close()
-			want := writeFirstLayout(t, kvs)
-			if !slices.ContainsFunc(want.handles, func(h ipam.Handle) bool { return strings.HasPrefix(h.ID, "net.old.dot.") }) {
+			if !slices.ContainsFunc(want.Handles, func(h ipam.Handle) bool { return strings.HasPrefix(h.ID, "net.old.dot.") }) {
 				t.Fatal("no legacy handle in the first-layout store")
 			}
-			rep, err := kvbacked.Migrate(t.Context(), kvs)
+			rep, err := migrate.Run(t.Context(), kvs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Done || rep.Nodes != 5 || len(rep.UnaffineBlocks) != 1 || len(rep.DroppedBlocks) != 1 || len(rep.Orphans)+len(rep.Strays) != 0 {
+			if rep.Done || rep.Nodes != 5 || rep.Fenced != 4 || rep.Pools != 4 || len(rep.UnaffineBlocks) != 1 || len(rep.DroppedBlocks) != 1 ||
+				len(rep.Orphans)+len(rep.Strays) != 0 {
 				t.Errorf("report %+v", rep)
 			}
 			checkMigrated(t, kvs, want)
 			before := snapshot(t, kvs, "")
-			rep, err = kvbacked.Migrate(t.Context(), kvs)
+			rep, err = migrate.Run(t.Context(), kvs)
 			if err != nil || !rep.Done || rep.Written+rep.Deleted != 0 {
 				t.Fatalf("second run: %+v, %v", rep, err)
 			}
@@ -331,9 +221,9 @@ func TestMigrateFirstLayout(t *testing.T) {
 }
 
 // releaseBorrowed releases the migrated handles holding borrowed
-// addresses through the v2 allocator: each one's addresses are free
+// addresses through the allocator: each one's addresses are free
 // afterwards, and no record or loan of it is left anywhere.
-func releaseBorrowed(t *testing.T, s store.Store, want v1State) {
+func releaseBorrowed(t *testing.T, s store.Store, want firstState) {
 	t.Helper()
 	ctx := t.Context()
 	a := allocator.NewStoreAllocator(s, nil)
@@ -381,14 +271,13 @@ func ipsOf(as []netip.Addr) []ipam.HandleIP {
 func TestMigrateResumes(t *testing.T) {
 	small := kv.Limits{MaxOps: 4}
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			txns := 0
 			for crash := 1; crash <= 60; crash++ { // bounded: ends when a run needs fewer transactions
-				cs := &counting{Store: b.open(t), limits: &small, failTxn: crash}
-				want := writeFirstLayout(t, cs.Store)
-				cs.reset()
-				_, err := kvbacked.Migrate(t.Context(), cs)
-				_, _, n := cs.counts()
+				kvs, want := openFirstLayout(t, b)
+				cs := &kvbackedtest.Counting{Store: kvs, TxnLimits: &small, FailTxn: crash}
+				_, err := migrate.Run(t.Context(), cs)
+				_, _, n := cs.Counts()
 				if err == nil {
 					if crash == 1 {
 						t.Fatal("no transaction failed")
@@ -396,12 +285,12 @@ func TestMigrateResumes(t *testing.T) {
 					cs.Close()
 					break
 				}
-				if !errors.Is(err, errCrash) {
+				if !errors.Is(err, kvbackedtest.ErrCrash) {
 					t.Fatalf("crash before txn %d: %v", crash, err)
 				}
 				txns = max(txns, n)
-				cs.failTxn = 0
-				if _, err := kvbacked.Migrate(t.Context(), cs); err != nil {
+				cs.FailTxn = 0
+				if _, err := migrate.Run(t.Context(), cs); err != nil {
 					t.Fatalf("run after a crash before txn %d: %v", crash, err)
 				}
 				checkMigrated(t, cs.Store, want)

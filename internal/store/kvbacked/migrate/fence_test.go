@@ -1,4 +1,4 @@
-package kvbacked_test
+package migrate_test
 
 import (
 	"errors"
@@ -17,11 +17,23 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/firstlayout"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
 )
 
-// oldAlloc is one allocation by the first-layout allocator (a plugin of the
-// earlier version).
+// The pools of the fence tests.
+var (
+	migV4 = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.8.0.0/16"), BlockSize: 26, Gateway: netip.MustParseAddr("10.8.0.1")}
+	migV6 = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd08::/64"), BlockSize: 122}
+)
+
+// podHandle is a pod's handle record on node, without addresses.
+func podHandle(node, container string) ipam.Handle {
+	return ipam.Handle{ID: ipam.HandleID("net", container, "eth0"), Network: "net", ContainerID: container, IfName: "eth0",
+		Node: node, NetNS: "/var/run/netns/cni-" + container, Namespace: "default", Pod: "pod-" + container}
+}
+
+// oldAlloc is one allocation by a plugin of the earlier version.
 type oldAlloc struct {
 	node, container string
 	ips             []ipam.HandleIP
@@ -30,11 +42,9 @@ type oldAlloc struct {
 func (o oldAlloc) id() string { return ipam.HandleID("net", o.container, "eth0") }
 
 // allocOld allocates a dual-stack address pair for container on node
-// through the first-layout allocator a.
-func allocOld(a *firstlayout.Allocator, t *testing.T, node, container string) (oldAlloc, error) {
-	h := benchHandle(node, container)
-	h.Network, h.ID = "net", ipam.HandleID("net", container, "eth0")
-	got, err := a.Allocate(t.Context(), firstlayout.Request{Handle: h, Sets: [][]string{{migV4.Name}, {migV6.Name}}})
+// through the earlier version's plugin a.
+func allocOld(a oldPlugin, t *testing.T, node, container string) (oldAlloc, error) {
+	got, err := a.allocate(t.Context(), podHandle(node, container), []string{migV4.Name, migV6.Name})
 	return oldAlloc{node: node, container: container, ips: got.IPs}, err
 }
 
@@ -43,26 +53,23 @@ func isFence(ops []kv.Op) bool {
 	return slices.ContainsFunc(ops, func(op kv.Op) bool { return strings.HasPrefix(op.Key, "pools/") })
 }
 
-// Today's allocator (a plugin of the earlier version on a node not yet
-// upgraded) runs while Migrate converts the store, in goroutines and at
-// fixed points of Migrate: every allocation that succeeded is in the
+// A plugin of the earlier version on a node not yet upgraded (oldPlugin) runs while Run converts the store, in goroutines and at
+// fixed points of Run: every allocation that succeeded is in the
 // typed objects afterwards, every one attempted after the fence
-// committed fails with allocator.ErrNoPool, a release before Migrate's
+// committed fails with errNoPool, a release before Run's
 // last read (one between its read and its re-read makes it start over)
 // leaves no trace in the typed objects, and the first-layout releases after the
 // migration change no typed key.
-func TestMigrateFencesTodaysAllocator(t *testing.T) {
+func TestMigrateFencesEarlierPlugin(t *testing.T) {
 	const workers, perWorker = 4, 12 // bounded: at most 48 racing allocations
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
-			cs := &counting{Store: b.open(t)}
+			cs := &kvbackedtest.Counting{Store: b.Open(t)}
 			defer cs.Close()
-			setup := newAllocator(t, cs.Store)
+			setup := oldPlugin{cs.Store}
 			for _, p := range []ipam.Pool{migV4, migV6} {
-				if _, err := setup.EnsurePool(ctx, p); err != nil {
-					t.Fatal(err)
-				}
+				setup.createPool(t, p)
 			}
 			var (
 				mu       sync.Mutex
@@ -79,21 +86,21 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 				live[o.id()] = o
 				mu.Unlock()
 			}
-			release := func(a *firstlayout.Allocator, id string) {
+			release := func(a oldPlugin, id string) {
 				t.Helper()
 				mu.Lock()
 				o := live[id]
 				delete(live, id)
 				released = append(released, o)
 				mu.Unlock()
-				if freed, err := a.Release(ctx, id); err != nil || len(freed) != 2 {
-					t.Errorf("the first-layout Release of %s during Migrate: %v, %v", id, freed, err)
+				if freed, err := a.release(ctx, id); err != nil || len(freed) != 2 {
+					t.Errorf("the first-layout Release of %s during Run: %v, %v", id, freed, err)
 				}
 			}
 			refused := func(what string, _ oldAlloc, err error) {
 				t.Helper()
-				if !errors.Is(err, allocator.ErrNoPool) {
-					t.Errorf("the first-layout Allocate %s: %v, want ErrNoPool", what, err)
+				if !errors.Is(err, errNoPool) {
+					t.Errorf("the first-layout Allocate %s: %v, want errNoPool", what, err)
 				}
 			}
 			for i := range 4 {
@@ -103,13 +110,13 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 			// Fixed points: just before the fence (committed before it:
 			// converted), just after it (refused; a release still works),
 			// and between the consistent read and the re-read (refused; the
-			// release makes Migrate start over).
+			// release makes Run start over).
 			var fenced atomic.Bool
 			var firstTries sync.WaitGroup // each worker's first allocation precedes the fence
 			firstTries.Add(workers)
 			var beforeFence, afterFence, inApply sync.Once
-			hookAlloc := newAllocator(t, cs.Store)
-			cs.beforeTxn = func(_ []kv.Cond, ops []kv.Op) {
+			hookAlloc := oldPlugin{cs.Store}
+			cs.BeforeTxn = func(_ []kv.Cond, ops []kv.Op) {
 				if isFence(ops) {
 					beforeFence.Do(func() {
 						firstTries.Wait()
@@ -119,12 +126,12 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 				if slices.ContainsFunc(ops, func(op kv.Op) bool { return strings.HasPrefix(op.Key, "nodes/") }) {
 					inApply.Do(func() {
 						o, err := allocOld(hookAlloc, t, "node-h", "in-apply")
-						refused("between Migrate's read and re-read", o, err)
+						refused("between Run's read and re-read", o, err)
 						release(hookAlloc, ipam.HandleID("net", "pre1", "eth0"))
 					})
 				}
 			}
-			cs.afterTxn = func(ops []kv.Op, err error) {
+			cs.AfterTxn = func(ops []kv.Op, err error) {
 				if err == nil && isFence(ops) {
 					fenced.Store(true)
 					afterFence.Do(func() {
@@ -139,7 +146,7 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 			start := make(chan struct{})
 			for w := range workers {
 				wg.Go(func() {
-					a := newAllocator(t, cs.Store) // a plugin process of its own
+					a := oldPlugin{cs.Store} // a plugin process of its own
 					<-start
 					for i := range perWorker {
 						after := fenced.Load()
@@ -152,34 +159,34 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 							t.Errorf("the first-layout Allocate of %s succeeded after the fence: %v", o.container, o.ips)
 						case err == nil:
 							succeed(o, nil)
-						case !errors.Is(err, allocator.ErrNoPool):
+						case !errors.Is(err, errNoPool):
 							t.Errorf("the first-layout Allocate of %s: %v, want success or ErrNoPool", o.container, err)
 						}
 					}
 				})
 			}
 			close(start)
-			rep, err := kvbacked.Migrate(ctx, cs)
+			rep, err := migrate.Run(ctx, cs)
 			wg.Wait()
 			if err != nil {
-				t.Fatalf("Migrate: %v (report %+v)", err, rep)
+				t.Fatalf("Run: %v (report %+v)", err, rep)
 			}
 			if !fenced.Load() || rep.Fenced != 2 || rep.Pools != 2 {
 				t.Fatalf("fence not seen: %+v", rep)
 			}
-			t.Logf("%d first-layout allocations converted, %d released during Migrate", len(live), len(released))
+			t.Logf("%d first-layout allocations converted, %d released during Run", len(live), len(released))
 
 			s := kvbacked.New(cs.Store)
-			v2 := allocator.NewStoreAllocator(s, nil)
+			typed := allocator.NewStoreAllocator(s, nil)
 			for _, o := range live {
-				h, ok, err := v2.Handle(ctx, o.node, o.id())
+				h, ok, err := typed.Handle(ctx, o.node, o.id())
 				if err != nil || !ok || !sameAddrs(h.IPs, o.ips) {
 					t.Errorf("converted handle %s on %s: %v, %v, %v; want %v", o.id(), o.node, h.IPs, ok, err, o.ips)
 				}
 			}
 			for _, o := range released {
-				if h, ok, err := v2.Handle(ctx, o.node, o.id()); err != nil || ok {
-					t.Errorf("handle %s released during Migrate is in the typed store: %v, %v", o.id(), h, err)
+				if h, ok, err := typed.Handle(ctx, o.node, o.id()); err != nil || ok {
+					t.Errorf("handle %s released during Run is in the typed store: %v, %v", o.id(), h, err)
 				}
 			}
 			nodes, err := s.ListNodes(ctx, store.NodeSelector{})
@@ -194,26 +201,26 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 				t.Errorf("%d handle records in the typed store, %d live first-layout allocations", records, len(live))
 			}
 
-			// After the migration: the first-layout allocator (with its hints) is
-			// refused, and its releases leave every typed key alone.
+			// After the migration: the earlier version's ADD is refused, and
+			// its releases leave every typed key alone.
 			o, err := allocOld(setup, t, "node-a", "late")
-			refused("after Migrate", o, err)
+			refused("after Run", o, err)
 			o, err = allocOld(setup, t, "node-new", "late2")
-			refused("after Migrate on a new node", o, err)
-			typed := func() map[string]kv.KeyValue {
+			refused("after Run on a new node", o, err)
+			typedKeys := func() map[string]kv.KeyValue {
 				m := snapshot(t, cs.Store, "")
 				maps.DeleteFunc(m, func(k string, _ kv.KeyValue) bool {
 					return strings.HasPrefix(k, "blocks/") || strings.HasPrefix(k, "handles/") || strings.HasPrefix(k, "affinity/")
 				})
 				return m
 			}
-			before := typed()
+			before := typedKeys()
 			for id := range live {
-				if freed, err := setup.Release(ctx, id); err != nil || len(freed) != 0 {
-					t.Errorf("the first-layout Release of %s after Migrate: %v, %v; want nothing freed", id, freed, err)
+				if freed, err := setup.release(ctx, id); err != nil || len(freed) != 0 {
+					t.Errorf("the first-layout Release of %s after Run: %v, %v; want nothing freed", id, freed, err)
 				}
 			}
-			if after := typed(); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
+			if after := typedKeys(); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
 				t.Error("the first-layout releases after the migration changed typed keys")
 			}
 		})
@@ -227,29 +234,26 @@ func TestMigrateFencesTodaysAllocator(t *testing.T) {
 // definition as it was.
 func TestMigrateFencesImportedPool(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
-			kvs := b.open(t)
+			kvs := b.Open(t)
 			defer kvs.Close()
-			a := newAllocator(t, kvs)
+			a := oldPlugin{kvs}
 			imported := migV4
 			imported.Origin = "import"
 			imported.Gateway = netip.Addr{}
-			if err := a.CreatePool(ctx, imported); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := kvbacked.Migrate(ctx, kvs); err != nil {
+			a.createPool(t, imported)
+			if _, err := migrate.Run(ctx, kvs); err != nil {
 				t.Fatal(err)
 			}
 			config := migV4 // with a gateway: another definition
 			config.Origin = "config"
-			h := benchHandle("node-a", "c1")
-			_, err := a.Allocate(ctx, firstlayout.Request{Handle: h, Sets: [][]string{{migV4.Name}}, Define: []ipam.Pool{config}})
-			if err == nil {
-				t.Fatal("the previous version's ADD redefining an imported pool succeeded after the fence")
+			_, err := a.allocate(ctx, podHandle("node-a", "c1"), []string{migV4.Name}, config)
+			if !errors.Is(err, errPoolConflict) {
+				t.Fatalf("the previous version's ADD redefining an imported pool after the fence: %v, want refused", err)
 			}
-			if p, err := a.Pool(ctx, migV4.Name); err != nil || !p.Deleting {
-				t.Fatalf("first-layout pool after the refused ADD: %+v, %v; want marked Deleting", p, err)
+			if p := a.pool(t, migV4.Name); !p.Deleting {
+				t.Fatalf("first-layout pool after the refused ADD: %+v; want marked Deleting", p)
 			}
 			got, err := kvbacked.New(kvs).GetPool(ctx, migV4.Name)
 			if err != nil || !reflect.DeepEqual(got.Spec, imported) {
@@ -259,24 +263,22 @@ func TestMigrateFencesImportedPool(t *testing.T) {
 	}
 }
 
-// ReadLayout: unmarked before Migrate, typed after; a marker this version
-// does not know is ErrCorrupt naming it, and Migrate changes nothing over
-// it.
+// ReadLayout: unmarked before Run, typed after; a marker this version
+// does not know is ErrCorrupt naming it, and Run changes nothing over it.
 func TestReadLayout(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
-			kvs := b.open(t)
+			kvs, _ := openFirstLayout(t, b)
 			defer kvs.Close()
-			writeFirstLayout(t, kvs)
 			if l, err := kvbacked.ReadLayout(ctx, kvs); err != nil || l != kvbacked.LayoutUnmarked {
-				t.Fatalf("before Migrate: %v, %v", l, err)
+				t.Fatalf("before Run: %v, %v", l, err)
 			}
-			if _, err := kvbacked.Migrate(ctx, kvs); err != nil {
+			if _, err := migrate.Run(ctx, kvs); err != nil {
 				t.Fatal(err)
 			}
 			if l, err := kvbacked.ReadLayout(ctx, kvs); err != nil || l != kvbacked.LayoutTyped {
-				t.Fatalf("after Migrate: %v, %v", l, err)
+				t.Fatalf("after Run: %v, %v", l, err)
 			}
 			if err := kvs.Txn(ctx, nil, []kv.Op{{Key: "meta/layout", Value: []byte("3")}}); err != nil {
 				t.Fatal(err)
@@ -285,11 +287,11 @@ func TestReadLayout(t *testing.T) {
 				t.Fatalf("unknown marker: %v", err)
 			}
 			before := snapshot(t, kvs, "")
-			if _, err := kvbacked.Migrate(ctx, kvs); !errors.Is(err, store.ErrCorrupt) {
-				t.Fatalf("Migrate over an unknown marker: %v, want ErrCorrupt", err)
+			if _, err := migrate.Run(ctx, kvs); !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("Run over an unknown marker: %v, want ErrCorrupt", err)
 			}
 			if after := snapshot(t, kvs, ""); !maps.EqualFunc(before, after, func(x, y kv.KeyValue) bool { return x.Version == y.Version }) {
-				t.Fatal("Migrate over an unknown marker changed the store")
+				t.Fatal("Run over an unknown marker changed the store")
 			}
 		})
 	}

@@ -1,0 +1,91 @@
+package kvbacked
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// The meta keys: the layout marker and the highest version the migration's
+// conversion read (package migrate writes both, in one transaction).
+const (
+	MarkerKey    = metaPrefix + "layout"
+	MarkerValue  = "2"
+	ConvertedKey = metaPrefix + "converted"
+)
+
+// Layout says which layout a kv.Store holds.
+type Layout int
+
+const (
+	// LayoutUnmarked: no layout marker. The store is empty, holds the
+	// first layout, a conversion the migration did not finish, or objects
+	// written before any marker; package migrate sorts it out.
+	LayoutUnmarked Layout = iota
+	// LayoutTyped: the migration has run to its marker; the typed objects
+	// are the truth.
+	LayoutTyped
+)
+
+// ReadLayout tells a store's layout by one read of its marker key (one
+// Get: one round trip on etcd, a read transaction on the local file).
+func ReadLayout(ctx context.Context, s kv.Store) (Layout, error) {
+	l, _, err := ReadLayoutWarm(ctx, s, Warm{})
+	return l, err
+}
+
+// layoutOf tells the layout by the marker key as read.
+func layoutOf(e kv.KeyValue) (Layout, error) {
+	switch v := string(e.Value); {
+	case e.Version == 0:
+		return LayoutUnmarked, nil
+	case v == MarkerValue:
+		return LayoutTyped, nil
+	default:
+		return LayoutUnmarked, fmt.Errorf("%w: %s holds %q, a layout this version does not know (a newer ipkeeper wrote it?)", store.ErrCorrupt, MarkerKey, v)
+	}
+}
+
+// PoolKey is the key of pool name's object (for package migrate).
+func PoolKey(name string) string { return poolKey(name) }
+
+// ObjectKeys returns the keys and values that hold nodes and claims: each
+// node object with the lends entries of its borrowers, each claim with its
+// index key. Package migrate writes a converted store's objects with it.
+func ObjectKeys(nodes []store.Node, claims []store.Claim) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, n := range nodes {
+		val, err := store.MarshalNode(n)
+		if err != nil {
+			return nil, fmt.Errorf("node object %q: %w", n.Name, err)
+		}
+		out[nodeKey(n.Name)] = val
+		for _, borrower := range n.LendsTo() {
+			out[lendsKey(borrower, n.Name)] = []byte{}
+		}
+	}
+	for _, c := range claims {
+		out[claimKey(c.BlockRef)] = claimValue(c)
+		out[nodeClaimKey(c.Node, c.BlockRef)] = claimValue(c)
+	}
+	return out, nil
+}
+
+// IsObjectKey reports whether key is one ObjectKeys returns the like of: a
+// node object's, a claim's, a claim index's or a lends entry's.
+func IsObjectKey(key string) bool {
+	for _, p := range []string{claimPrefix, nodeClaimPrefix, nodePrefix, lendsPrefix} {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// MapErr maps a kv error of the operation what to the store's errors
+// (store.ErrUnavailable, ErrCorrupt, ErrInvalid, ErrTooLarge, each
+// wrapping the kv error too); others get what as context.
+func MapErr(what string, err error) error { return mapErr(what, err) }
