@@ -49,27 +49,6 @@ func parseExclude(s, key string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
-// lastAddr returns the last address of p (the broadcast address for IPv4).
-func lastAddr(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr()
-	if !a.IsValid() {
-		return netip.Addr{}
-	}
-	b := a.As16()
-	start := p.Bits()
-	if a.Is4() {
-		start += 96
-	}
-	for i := start; i < 128; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	last := netip.AddrFrom16(b)
-	if a.Is4() {
-		last = last.Unmap()
-	}
-	return last
-}
-
 // family names the IP family of a for messages.
 func family(a netip.Addr) string {
 	if a.Is4() {
