@@ -60,7 +60,7 @@ func (m *model) search(q string) searchView {
 	lq := strings.ToLower(q)
 	rank := ranker(lq)
 	res := m.searchNodes(rank)
-	res, out.More = m.searchNamed(lq, rank, res)
+	res = m.searchNamed(lq, rank, res)
 	sortResults(res)
 	if len(res) > maxResults {
 		res, out.More = res[:maxResults], true
@@ -173,9 +173,10 @@ type searchHit struct {
 
 // searchNamed appends to res the pods, containers and handles whose names
 // rank: one result per address. Hits are collected cheaply, ordered by
-// rank and handle, and only the results returned are labelled. more
-// tells that there were more than can be shown.
-func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult) (_ []searchResult, more bool) {
+// rank and handle, and only the results returned are labelled; it stops
+// past 2*maxResults results (search cuts them to maxResults and tells
+// there were more).
+func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult) []searchResult {
 	var hits []searchHit
 	withNS := strings.Contains(lq, "/")
 	for h := range m.searchHandles(lq) {
@@ -205,7 +206,7 @@ func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult
 	})
 	for _, x := range hits {
 		if len(res) > 2*maxResults {
-			return res, true
+			break
 		}
 		h := x.h
 		name := h.pod
@@ -220,7 +221,7 @@ func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult
 				Label: fmt.Sprintf("%s — %s on %s", name, ip.Addr, nodeOrNone(h.node)), order: len(res)})
 		}
 	}
-	return res, false
+	return res
 }
 
 // sortResults puts nodes first within a rank (by name), then handles in
