@@ -39,14 +39,7 @@ func parseExclude(s, key string) (netip.Prefix, error) {
 			return netip.PrefixFrom(a, a.BitLen()), nil
 		}
 	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, invalid(key, "%s is not a CIDR", quote(s))
-	}
-	if p.Addr().Is4In6() {
-		return netip.Prefix{}, invalid(key, "%s is an IPv4-mapped IPv6 CIDR; write it as an IPv4 CIDR", quote(s))
-	}
-	return p.Masked(), nil
+	return parseCIDR(s, key)
 }
 
 // family names the IP family of a for messages.
