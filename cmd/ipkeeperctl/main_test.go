@@ -18,27 +18,21 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // The real binaries, built once in TestMain.
 var ctlBin, pluginBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ipkeeperctl-test-")
+	dir, remove, err := testenv.BuildCommands("./cmd/ipkeeperctl", "./cmd/ipkeeper")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	ctlBin, pluginBin = filepath.Join(dir, "ipkeeperctl"), filepath.Join(dir, "ipkeeper")
-	for bin, pkg := range map[string]string{ctlBin: ".", pluginBin: "../ipkeeper"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.RemoveAll(dir)
-			os.Exit(2)
-		}
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

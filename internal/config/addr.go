@@ -39,35 +39,7 @@ func parseExclude(s, key string) (netip.Prefix, error) {
 			return netip.PrefixFrom(a, a.BitLen()), nil
 		}
 	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, invalid(key, "%s is not a CIDR", quote(s))
-	}
-	if p.Addr().Is4In6() {
-		return netip.Prefix{}, invalid(key, "%s is an IPv4-mapped IPv6 CIDR; write it as an IPv4 CIDR", quote(s))
-	}
-	return p.Masked(), nil
-}
-
-// lastAddr returns the last address of p (the broadcast address for IPv4).
-func lastAddr(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr()
-	if !a.IsValid() {
-		return netip.Addr{}
-	}
-	b := a.As16()
-	start := p.Bits()
-	if a.Is4() {
-		start += 96
-	}
-	for i := start; i < 128; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	last := netip.AddrFrom16(b)
-	if a.Is4() {
-		last = last.Unmap()
-	}
-	return last
+	return parseCIDR(s, key)
 }
 
 // family names the IP family of a for messages.

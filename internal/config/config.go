@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
 // ErrInvalid is wrapped by every validation error of this package, so callers
@@ -79,7 +81,7 @@ type Range struct {
 // The network and broadcast addresses and the gateway are included; the
 // allocator skips them.
 func (r Range) Bounds() (first, last netip.Addr) {
-	first, last = r.Subnet.Addr(), lastAddr(r.Subnet)
+	first, last = r.Subnet.Addr(), ipam.LastAddr(r.Subnet)
 	if r.RangeStart.IsValid() {
 		first = r.RangeStart
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
 // testEnv is an environment with the given variables, hostname "host-a" and
@@ -173,7 +175,7 @@ func checkInvariants(t testing.TB, c *IPAM) {
 			if _, ok := firstUsable(r); !ok {
 				fail("range %+v has no usable address", r)
 			}
-			if r.Gateway == s.Addr() || (s.Addr().Is4() && r.Gateway == lastAddr(s)) {
+			if r.Gateway == s.Addr() || (s.Addr().Is4() && r.Gateway == ipam.LastAddr(s)) {
 				fail("gateway %v is the network or broadcast address of %v", r.Gateway, s)
 			}
 			for _, o := range all {

@@ -69,28 +69,48 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 	if err := object(raw, "ipam", &ri); err != nil {
 		return err
 	}
-	var err error
 	if present(ri.Type) {
+		var err error
 		if out.IPAMType, err = str(ri.Type, "ipam.type"); err != nil {
 			return err
 		}
 	}
+	hostLocalKey, whereaboutsKey, err := ipamSyntax(&ri, out)
+	if err != nil {
+		return err
+	}
+	if err := ipamStore(&ri, out, env); err != nil {
+		return err
+	}
+	if err := ipamAddresses(&ri, out, env, hostLocalKey, whereaboutsKey); err != nil {
+		return err
+	}
+	if err := ipamOptions(&ri, out, env); err != nil {
+		return err
+	}
+	// Last, so that a config's own mistakes are reported first.
+	return whereaboutsDatastore(&ri, out)
+}
 
-	hostLocalKey := firstPresent(keyed{"ipam.ranges", ri.Ranges}, keyed{"ipam.subnet", ri.Subnet},
+// ipamSyntax refuses ways of giving addresses that do not go together and
+// sets out.Syntax. It returns the first key given in host-local syntax
+// and in whereabouts syntax, "" for none.
+func ipamSyntax(ri *rawIPAM, out *IPAM) (hostLocalKey, whereaboutsKey string, err error) {
+	hostLocalKey = firstPresent(keyed{"ipam.ranges", ri.Ranges}, keyed{"ipam.subnet", ri.Subnet},
 		keyed{"ipam.rangeStart", ri.RangeStart}, keyed{"ipam.rangeEnd", ri.RangeEnd})
-	whereaboutsKey := firstPresent(keyed{"ipam.range", ri.Range}, keyed{"ipam.ipRanges", ri.IPRanges},
+	whereaboutsKey = firstPresent(keyed{"ipam.range", ri.Range}, keyed{"ipam.ipRanges", ri.IPRanges},
 		keyed{"ipam.range_start", ri.RangeStartW}, keyed{"ipam.range_end", ri.RangeEndW})
 	switch {
 	case present(ri.Pools) && hostLocalKey != "":
-		return invalid("ipam.pools", "cannot be combined with %s: name pools or give ranges, not both", hostLocalKey)
+		return "", "", invalid("ipam.pools", "cannot be combined with %s: name pools or give ranges, not both", hostLocalKey)
 	case present(ri.Pools) && whereaboutsKey != "":
-		return invalid("ipam.pools", "cannot be combined with %s: name pools or give ranges, not both", whereaboutsKey)
+		return "", "", invalid("ipam.pools", "cannot be combined with %s: name pools or give ranges, not both", whereaboutsKey)
 	case present(ri.Pools) && present(ri.Gateway):
-		return invalid("ipam.gateway", "cannot be combined with ipam.pools")
+		return "", "", invalid("ipam.gateway", "cannot be combined with ipam.pools")
 	case hostLocalKey != "" && whereaboutsKey != "":
-		return invalid(hostLocalKey, "(host-local syntax) cannot be combined with %s (whereabouts syntax)", whereaboutsKey)
+		return "", "", invalid(hostLocalKey, "(host-local syntax) cannot be combined with %s (whereabouts syntax)", whereaboutsKey)
 	case !present(ri.Pools) && hostLocalKey == "" && whereaboutsKey == "":
-		return invalid("ipam", "has no addresses to hand out: set ipam.pools, ipam.ranges, ipam.subnet or ipam.range")
+		return "", "", invalid("ipam", "has no addresses to hand out: set ipam.pools, ipam.ranges, ipam.subnet or ipam.range")
 	}
 	nativeKey := firstPresent(keyed{"ipam.pools", ri.Pools}, keyed{"ipam.nodeName", ri.NodeName},
 		keyed{"ipam.blockSize", ri.BlockSize}, keyed{"ipam.ipv6BlockSize", ri.IPv6BlockSize},
@@ -103,8 +123,14 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 	default:
 		out.Syntax = SyntaxHostLocal
 	}
+	return hostLocalKey, whereaboutsKey, nil
+}
 
-	if out.Datastore, err = ipamDatastore(&ri); err != nil {
+// ipamStore sets where the addresses are kept and for which node:
+// out.Datastore, NodeName, Kubeconfig and AgentSocket.
+func ipamStore(ri *rawIPAM, out *IPAM, env environment) error {
+	var err error
+	if out.Datastore, err = ipamDatastore(ri); err != nil {
 		return err
 	}
 	if out.NodeName, err = nodeName(ri.NodeName, env); err != nil {
@@ -115,6 +141,14 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// ipamAddresses sets the addresses to hand out: out.Pools, Exclude, the
+// block sizes and RangeSets, from the ranges in the syntax of the key
+// given (hostLocalKey or whereaboutsKey, see ipamSyntax).
+func ipamAddresses(ri *rawIPAM, out *IPAM, env environment, hostLocalKey, whereaboutsKey string) error {
+	var err error
 	if present(ri.Pools) {
 		if out.Pools, err = pools(ri.Pools); err != nil {
 			return err
@@ -127,9 +161,9 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 	}
 	var specs []*rangeSpec
 	if whereaboutsKey != "" {
-		specs, err = whereaboutsRanges(&ri)
+		specs, err = whereaboutsRanges(ri)
 	} else if hostLocalKey != "" {
-		specs, err = hostLocalRanges(&ri)
+		specs, err = hostLocalRanges(ri)
 	}
 	if err != nil {
 		return err
@@ -140,19 +174,23 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 	if err := checkRanges(specs); err != nil {
 		return err
 	}
-	if err := blockSizes(&ri, out, specs); err != nil {
+	if err := blockSizes(ri, out, specs); err != nil {
 		return err
 	}
-	if out.RangeSets, err = assemble(specs, out.Exclude, out.BlockSize, out.BlockSizeV6); err != nil {
-		return err
-	}
+	out.RangeSets, err = assemble(specs, out.Exclude, out.BlockSize, out.BlockSizeV6)
+	return err
+}
 
+// ipamOptions sets what the result carries besides addresses (routes,
+// DNS) and the options of the allocation (strictAffinity, network_name).
+func ipamOptions(ri *rawIPAM, out *IPAM, env environment) error {
+	var err error
 	if present(ri.Routes) {
 		if out.Routes, err = routes(ri.Routes, "ipam.routes"); err != nil {
 			return err
 		}
 	}
-	if out.DNS, err = dns(&ri, env); err != nil {
+	if out.DNS, err = dns(ri, env); err != nil {
 		return err
 	}
 	if present(ri.StrictAffinity) {
@@ -168,8 +206,7 @@ func parseIPAM(raw json.RawMessage, out *IPAM, env environment) error {
 			return err
 		}
 	}
-	// Last, so that a config's own mistakes are reported first.
-	return whereaboutsDatastore(&ri, out)
+	return nil
 }
 
 // nodeName resolves ipam.nodeName, $NODENAME, $KUBERNETES_NODE_NAME or the hostname.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
 // rangeSpec is a range being assembled, with the key paths its messages name.
@@ -278,7 +280,7 @@ func checkRange(s *rangeSpec) error {
 	}
 	if gw := s.r.Gateway; gw == sub.Addr() {
 		return invalid(s.gatewayKey, "%q is the network address of subnet %s, which no host can have", gw, sub)
-	} else if gw.Is4() && gw == lastAddr(sub) {
+	} else if gw.Is4() && gw == ipam.LastAddr(sub) {
 		return invalid(s.gatewayKey, "%q is the broadcast address of subnet %s, which no host can have", gw, sub)
 	}
 	return nil

@@ -19,7 +19,7 @@ func checkUsable(s *rangeSpec, r Range, blockV4, blockV6 int) error {
 		if first == r.Subnet.Addr() {
 			taken = append(taken, "the network address")
 		}
-		if first.Is4() && last == lastAddr(r.Subnet) {
+		if first.Is4() && last == ipam.LastAddr(r.Subnet) {
 			taken = append(taken, "the broadcast address")
 		}
 		if r.Gateway.IsValid() && !r.Gateway.Less(first) && !last.Less(r.Gateway) {
@@ -67,15 +67,15 @@ func firstUsable(r Range) (netip.Addr, bool) {
 		kept = append(kept, p)
 	}
 	a, last := r.Bounds()
-	network, broadcast := r.Subnet.Addr(), lastAddr(r.Subnet)
+	network, broadcast := r.Subnet.Addr(), ipam.LastAddr(r.Subnet)
 	i := 0
 	for a.IsValid() && !last.Less(a) {
-		for i < len(kept) && lastAddr(kept[i]).Less(a) {
+		for i < len(kept) && ipam.LastAddr(kept[i]).Less(a) {
 			i++
 		}
 		switch {
 		case i < len(kept) && kept[i].Contains(a):
-			a = lastAddr(kept[i]).Next()
+			a = ipam.LastAddr(kept[i]).Next()
 		case a == network, a.Is4() && a == broadcast, a == r.Gateway:
 			a = a.Next()
 		default:

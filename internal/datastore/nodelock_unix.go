@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/flock"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
@@ -27,38 +27,13 @@ func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func()
 	if err != nil {
 		return nil, fmt.Errorf("node lock: %w", err)
 	}
-	fd := int(f.Fd())
-	if err := flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-		return func() { _ = f.Close() }, nil
-	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
-		_ = f.Close()
-		return nil, fmt.Errorf("node lock %s: %w", path, err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- flock(fd, syscall.LOCK_EX) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("node lock %s: %w", path, err)
+	if err := flock.Lock(ctx, f); err != nil {
+		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+			return nil, fmt.Errorf("node lock %s: %w", path, pe.Err)
 		}
-		return func() { _ = f.Close() }, nil
-	case <-ctx.Done():
-		go func() {
-			<-done
-			_ = f.Close()
-		}()
 		return nil, fmt.Errorf("%w: another ipkeeper process on this node held %s for %v: %w", kv.ErrUnavailable, path, wait, ctx.Err())
 	}
-}
-
-func flock(fd, how int) error {
-	for {
-		err := syscall.Flock(fd, how)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
+	return func() { _ = f.Close() }, nil
 }

@@ -26,8 +26,8 @@ func addOffset128(a netip.Addr, offHi, offLo uint64) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
-// diff128 returns a-base as a 128-bit number hi<<64|lo (a >= base).
-func diff128(base, a netip.Addr) (hi, lo uint64) {
+// Diff128 returns a-base as a 128-bit number hi<<64|lo (a >= base).
+func Diff128(base, a netip.Addr) (hi, lo uint64) {
 	if a.Is4() {
 		return 0, offsetOf(base, a)
 	}
@@ -48,8 +48,12 @@ func offsetOf(base, a netip.Addr) uint64 {
 	return binary.BigEndian.Uint64(y[8:]) - binary.BigEndian.Uint64(x[8:])
 }
 
-// lastAddr returns the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
+// LastAddr returns the highest address of p (the broadcast address for
+// IPv4), or the zero Addr for an invalid p.
+func LastAddr(p netip.Prefix) netip.Addr {
+	if !p.IsValid() {
+		return netip.Addr{}
+	}
 	base := p.Masked().Addr()
 	hb := hostBits(p)
 	if base.Is4() {

@@ -134,7 +134,7 @@ func (p Pool) Permits(a netip.Addr) bool {
 	if a == p.CIDR.Addr() && hostBits(p.CIDR) > 1 {
 		return false
 	}
-	if p.CIDR.Addr().Is4() && hostBits(p.CIDR) > 1 && a == lastAddr(p.CIDR) {
+	if p.CIDR.Addr().Is4() && hostBits(p.CIDR) > 1 && a == LastAddr(p.CIDR) {
 		return false
 	}
 	if a == p.Gateway {
@@ -172,7 +172,7 @@ func (p Pool) BlockIndex(a netip.Addr) (uint64, bool) {
 		return 0, false
 	}
 	blk, _ := a.Prefix(p.BlockSize)
-	hi, lo := diff128(p.CIDR.Addr(), blk.Addr())
+	hi, lo := Diff128(p.CIDR.Addr(), blk.Addr())
 	step := uint(p.CIDR.Addr().BitLen() - p.BlockSize)
 	return lo>>step | hi<<(64-step), true
 }
@@ -208,7 +208,7 @@ func (p Pool) Usable() uint64 {
 // hasUsable reports whether any address is permitted, stepping over
 // excluded prefixes whole, so it takes a few steps whatever the pool's size.
 func (p Pool) hasUsable() bool {
-	a, end := p.CIDR.Addr(), lastAddr(p.CIDR)
+	a, end := p.CIDR.Addr(), LastAddr(p.CIDR)
 	if p.RangeStart.IsValid() {
 		a = p.RangeStart
 	}
@@ -217,7 +217,7 @@ func (p Pool) hasUsable() bool {
 	}
 	for !end.Less(a) {
 		if x, ok := p.excludedBy(a); ok {
-			next := lastAddr(x).Next()
+			next := LastAddr(x).Next()
 			if !next.IsValid() || !p.CIDR.Contains(next) {
 				return false
 			}
@@ -257,14 +257,14 @@ func (p Pool) BlockSpan() (first, last uint64) {
 }
 
 func (p Pool) approxUsable() uint64 {
-	lo, hi := p.CIDR.Addr(), lastAddr(p.CIDR)
+	lo, hi := p.CIDR.Addr(), LastAddr(p.CIDR)
 	if p.RangeStart.IsValid() {
 		lo = p.RangeStart
 	}
 	if p.RangeEnd.IsValid() {
 		hi = p.RangeEnd
 	}
-	over, n := diff128(lo, hi)
+	over, n := Diff128(lo, hi)
 	if over != 0 {
 		return ^uint64(0)
 	}
@@ -278,7 +278,7 @@ func (p Pool) approxUsable() uint64 {
 
 // overlapsRange reports whether block b intersects [RangeStart, RangeEnd].
 func (p Pool) overlapsRange(b netip.Prefix) bool {
-	if p.RangeStart.IsValid() && lastAddr(b).Less(p.RangeStart) {
+	if p.RangeStart.IsValid() && LastAddr(b).Less(p.RangeStart) {
 		return false
 	}
 	if p.RangeEnd.IsValid() && p.RangeEnd.Less(b.Addr()) {

@@ -79,85 +79,133 @@ func (a Assembly) Node(name string) (store.Node, bool) {
 // given twice, a handle ID is empty or given twice, or a node name cannot
 // name an object.
 func Assemble(blocks []ipam.Block, handles []ipam.Handle) (Assembly, error) {
-	var out Assembly
-	bad := func(format string, args ...any) (Assembly, error) {
-		return Assembly{}, fmt.Errorf("%w: %s", store.ErrInvalid, fmt.Sprintf(format, args...))
+	byID, err := indexHandles(handles)
+	if err != nil {
+		return Assembly{}, err
 	}
+	a := assembler{
+		byID:    byID,
+		nodes:   map[string]*store.Node{},
+		records: map[string]map[string]*ipam.Handle{},
+		owned:   map[store.BlockRef]ipam.Block{},
+	}
+	if err := a.placeBlocks(blocks); err != nil {
+		return Assembly{}, err
+	}
+	a.recordListed()
+	a.recordOrphans()
+	a.recordLoans()
+	if err := a.finish(); err != nil {
+		return Assembly{}, err
+	}
+	return a.out, nil
+}
+
+// assembler is Assemble's work in progress.
+type assembler struct {
+	out   Assembly
+	byID  map[string]ipam.Handle
+	nodes map[string]*store.Node
+	// records are the handle records of each object: object -> handle
+	// ID -> record.
+	records map[string]map[string]*ipam.Handle
+	// owned are the blocks kept, by reference.
+	owned map[store.BlockRef]ipam.Block
+}
+
+// invalidInput is an error wrapping store.ErrInvalid.
+func invalidInput(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", store.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// indexHandles checks handles and returns them by ID.
+func indexHandles(handles []ipam.Handle) (map[string]ipam.Handle, error) {
 	byID := make(map[string]ipam.Handle, len(handles))
 	for _, h := range handles {
 		if h.ID == "" {
-			return bad("a handle without an ID")
+			return nil, invalidInput("a handle without an ID")
 		}
 		if _, dup := byID[h.ID]; dup {
-			return bad("handle %q given twice", h.ID)
+			return nil, invalidInput("handle %q given twice", h.ID)
 		}
 		if h.Node != "" {
 			if err := store.ValidName("node", h.Node); err != nil {
-				return bad("handle %q: %v", h.ID, err)
+				return nil, invalidInput("handle %q: %v", h.ID, err)
 			}
 		}
 		byID[h.ID] = h
 	}
-	nodes := map[string]*store.Node{}
-	records := map[string]map[string]*ipam.Handle{} // object -> handle ID -> record
-	owned := map[store.BlockRef]ipam.Block{}
+	return byID, nil
+}
+
+// placeBlocks checks blocks and puts each in its node's object (a copy),
+// dropping those of no node that hold no address.
+func (a *assembler) placeBlocks(blocks []ipam.Block) error {
 	for _, b := range blocks {
 		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
 		if err := b.Validate(); err != nil {
-			return bad("%v", err)
+			return invalidInput("%v", err)
 		}
 		if err := store.ValidName("pool", b.Pool); err != nil {
-			return bad("block %s: %v", b.CIDR, err)
+			return invalidInput("block %s: %v", b.CIDR, err)
 		}
-		if _, dup := owned[ref]; dup {
-			return bad("block %s given twice", ref)
+		if _, dup := a.owned[ref]; dup {
+			return invalidInput("block %s given twice", ref)
 		}
 		if b.Node == "" {
 			if b.InUse() == 0 {
-				out.Dropped = append(out.Dropped, ref)
+				a.out.Dropped = append(a.out.Dropped, ref)
 				continue
 			}
-			out.Unaffine = append(out.Unaffine, ref)
+			a.out.Unaffine = append(a.out.Unaffine, ref)
 			b.Node = store.UnaffineNode
 		} else if err := store.ValidName("node", b.Node); err != nil {
-			return bad("block %s: %v", ref, err)
+			return invalidInput("block %s: %v", ref, err)
 		}
 		b.Free, b.Owners = slices.Clone(b.Free), maps.Clone(b.Owners)
-		owned[ref] = b
-		n := nodes[b.Node]
+		a.owned[ref] = b
+		n := a.nodes[b.Node]
 		if n == nil {
 			n = &store.Node{Name: b.Node}
-			nodes[b.Node], records[b.Node] = n, map[string]*ipam.Handle{}
+			a.nodes[b.Node], a.records[b.Node] = n, map[string]*ipam.Handle{}
 		}
 		n.Blocks = append(n.Blocks, b)
 	}
-	// Every address a handle lists that its block gives it, in its order.
-	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		h := byID[id]
+	return nil
+}
+
+// recordListed records every address a handle lists that its block gives
+// it, in its order; the others are strays.
+func (a *assembler) recordListed() {
+	for _, id := range slices.Sorted(maps.Keys(a.byID)) {
+		h := a.byID[id]
 		if len(h.IPs) == 0 {
-			out.Strays = append(out.Strays, Finding{Handle: id})
+			a.out.Strays = append(a.out.Strays, Finding{Handle: id})
 		}
 		for _, ip := range h.IPs {
-			b, ok := owned[store.BlockRef{Pool: ip.Pool, CIDR: ip.Block}]
+			b, ok := a.owned[store.BlockRef{Pool: ip.Pool, CIDR: ip.Block}]
 			if !ok || b.Owner(ip.Addr) != id {
-				out.Strays = append(out.Strays, Finding{Handle: id, Addr: ip.Addr})
+				a.out.Strays = append(a.out.Strays, Finding{Handle: id, Addr: ip.Addr})
 				continue
 			}
-			r := record(records[b.Node], h, b.Node)
+			r := record(a.records[b.Node], h, b.Node)
 			if slices.Contains(r.IPs, ip) {
-				out.Strays = append(out.Strays, Finding{Handle: id, Addr: ip.Addr}) // listed twice
+				a.out.Strays = append(a.out.Strays, Finding{Handle: id, Addr: ip.Addr}) // listed twice
 				continue
 			}
 			r.IPs = append(r.IPs, ip)
 		}
 	}
-	// Addresses blocks give to handles that do not list them (or do not
-	// exist) stay theirs.
-	for _, ref := range slices.SortedFunc(maps.Keys(owned), store.BlockRef.Compare) {
-		b := owned[ref]
+}
+
+// recordOrphans records the addresses blocks give to handles that do not
+// list them (or do not exist): they stay theirs.
+func (a *assembler) recordOrphans() {
+	for _, ref := range slices.SortedFunc(maps.Keys(a.owned), store.BlockRef.Compare) {
+		b := a.owned[ref]
 		for _, ord := range slices.Sorted(maps.Keys(b.Owners)) {
 			id, ip := b.Owners[ord], ipam.HandleIP{Addr: b.Addr(ord), Pool: b.Pool, Block: b.CIDR}
-			h, exists := byID[id]
+			h, exists := a.byID[id]
 			if exists && slices.Contains(h.IPs, ip) {
 				continue
 			}
@@ -165,49 +213,58 @@ func Assemble(blocks []ipam.Block, handles []ipam.Handle) (Assembly, error) {
 				h = ipam.Handle{ID: id}
 				h.Network, h.ContainerID, h.IfName, _ = ipam.ParseHandleID(id)
 			}
-			out.Orphans = append(out.Orphans, Finding{Handle: id, Addr: ip.Addr})
-			r := record(records[b.Node], h, b.Node)
+			a.out.Orphans = append(a.out.Orphans, Finding{Handle: id, Addr: ip.Addr})
+			r := record(a.records[b.Node], h, b.Node)
 			r.IPs = append(r.IPs, ip)
 		}
 	}
-	// Loans: a record in another node's object is borrowed by its node.
-	for _, lender := range slices.Sorted(maps.Keys(records)) {
-		for _, id := range slices.Sorted(maps.Keys(records[lender])) {
-			borrower := records[lender][id].Node
+}
+
+// recordLoans gives each record in another node's object to its node as
+// a loan from that object.
+func (a *assembler) recordLoans() {
+	for _, lender := range slices.Sorted(maps.Keys(a.records)) {
+		for _, id := range slices.Sorted(maps.Keys(a.records[lender])) {
+			borrower := a.records[lender][id].Node
 			if borrower == lender {
 				continue
 			}
-			n := nodes[borrower]
+			n := a.nodes[borrower]
 			if n == nil {
 				n = &store.Node{Name: borrower}
-				nodes[borrower] = n
+				a.nodes[borrower] = n
 			}
 			n.Loans = append(n.Loans, store.Loan{Handle: id, Lender: lender})
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(nodes)) {
-		n := nodes[name]
+}
+
+// finish sorts and validates the node objects and lists them, their
+// claims and the blocks of no node in a.out.
+func (a *assembler) finish() error {
+	for _, name := range slices.Sorted(maps.Keys(a.nodes)) {
+		n := a.nodes[name]
 		slices.SortFunc(n.Blocks, func(x, y ipam.Block) int {
 			return store.BlockRef{Pool: x.Pool, CIDR: x.CIDR}.Compare(store.BlockRef{Pool: y.Pool, CIDR: y.CIDR})
 		})
-		for _, id := range slices.Sorted(maps.Keys(records[name])) {
-			n.Handles = append(n.Handles, *records[name][id])
+		for _, id := range slices.Sorted(maps.Keys(a.records[name])) {
+			n.Handles = append(n.Handles, *a.records[name][id])
 		}
 		slices.SortFunc(n.Loans, func(x, y store.Loan) int {
 			return cmp.Or(cmp.Compare(x.Handle, y.Handle), cmp.Compare(x.Lender, y.Lender))
 		})
 		if err := n.Validate(); err != nil {
-			return Assembly{}, fmt.Errorf("the blocks of node %q do not make a node object: %w", name, err)
+			return fmt.Errorf("the blocks of node %q do not make a node object: %w", name, err)
 		}
 		for _, b := range n.Blocks {
-			out.Claims = append(out.Claims, store.Claim{BlockRef: store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}, Node: name})
+			a.out.Claims = append(a.out.Claims, store.Claim{BlockRef: store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}, Node: name})
 		}
-		out.Nodes = append(out.Nodes, *n)
+		a.out.Nodes = append(a.out.Nodes, *n)
 	}
-	slices.SortFunc(out.Claims, func(x, y store.Claim) int { return x.BlockRef.Compare(y.BlockRef) })
-	slices.SortFunc(out.Unaffine, store.BlockRef.Compare)
-	slices.SortFunc(out.Dropped, store.BlockRef.Compare)
-	return out, nil
+	slices.SortFunc(a.out.Claims, func(x, y store.Claim) int { return x.BlockRef.Compare(y.BlockRef) })
+	slices.SortFunc(a.out.Unaffine, store.BlockRef.Compare)
+	slices.SortFunc(a.out.Dropped, store.BlockRef.Compare)
+	return nil
 }
 
 // record returns the record of h in an object's records, made (without

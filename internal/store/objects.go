@@ -171,41 +171,73 @@ func (n Node) Validate() error {
 // holding one address came first: when it finds a record that does not
 // agree it gives up (decided false), and the exact way finds the error.
 func (n Node) validate(exact bool) (decided bool, err error) {
-	bad := func(format string, args ...any) (bool, error) {
-		return true, fmt.Errorf("%w: node object %q: %s", ErrInvalid, n.Name, fmt.Sprintf(format, args...))
-	}
 	if err := ValidName("node", n.Name); err != nil {
 		return true, err
 	}
-	// index finds a block by its ref; owners[i] is who the records say
-	// owns block i's addresses (exact), counts[i] how many they list.
-	index := make(map[BlockRef]int, len(n.Blocks))
-	var owners []map[int]string
-	var counts []int
-	if exact {
-		owners = make([]map[int]string, len(n.Blocks))
+	c := ownerCheck{n: n, exact: exact}
+	if err := c.indexBlocks(); err != nil {
+		return true, err
+	}
+	if decided, err := c.tallyRecords(); !decided || err != nil {
+		return decided, err
+	}
+	if err := n.validateLoans(); err != nil {
+		return true, err
+	}
+	return c.compareOwners()
+}
+
+// invalid is an error wrapping ErrInvalid that names n.
+func (n Node) invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: node object %q: %s", ErrInvalid, n.Name, fmt.Sprintf(format, args...))
+}
+
+// ownerCheck is validate's account of n's records against its blocks:
+// index finds a block by its ref; owners[i] is who the records say owns
+// block i's addresses (exact), counts[i] how many they list (not exact).
+type ownerCheck struct {
+	n      Node
+	exact  bool
+	index  map[BlockRef]int
+	owners []map[int]string
+	counts []int
+}
+
+// indexBlocks checks the blocks and indexes them.
+func (c *ownerCheck) indexBlocks() error {
+	n := c.n
+	c.index = make(map[BlockRef]int, len(n.Blocks))
+	if c.exact {
+		c.owners = make([]map[int]string, len(n.Blocks))
 	} else {
-		counts = make([]int, len(n.Blocks))
+		c.counts = make([]int, len(n.Blocks))
 	}
 	for i, b := range n.Blocks {
 		ref := BlockRef{b.Pool, b.CIDR}
 		if err := ValidName("pool", b.Pool); err != nil {
-			return bad("block %s: %v", b.CIDR, err)
+			return n.invalid("block %s: %v", b.CIDR, err)
 		}
 		if b.Node != n.Name {
-			return bad("block %s is affine to node %q", ref, b.Node)
+			return n.invalid("block %s is affine to node %q", ref, b.Node)
 		}
-		if _, dup := index[ref]; dup {
-			return bad("block %s twice", ref)
+		if _, dup := c.index[ref]; dup {
+			return n.invalid("block %s twice", ref)
 		}
 		if err := b.Validate(); err != nil {
-			return bad("%v", err)
+			return n.invalid("%v", err)
 		}
-		index[ref] = i
-		if exact {
-			owners[i] = make(map[int]string, len(b.Owners))
+		c.index[ref] = i
+		if c.exact {
+			c.owners[i] = make(map[int]string, len(b.Owners))
 		}
 	}
+	return nil
+}
+
+// tallyRecords checks the handle records and notes the addresses they
+// hold in c.owners or c.counts.
+func (c *ownerCheck) tallyRecords() (decided bool, err error) {
+	n := c.n
 	seen := make(map[string]bool, len(n.Handles))
 	// last[j] is the block of the previous record's j-th address, where
 	// the next record's likely is (blocks fill in order): refs being
@@ -214,13 +246,13 @@ func (n Node) validate(exact bool) (decided bool, err error) {
 	for _, h := range n.Handles {
 		switch {
 		case h.ID == "":
-			return bad("a handle record without an ID")
+			return true, n.invalid("a handle record without an ID")
 		case seen[h.ID]:
-			return bad("handle %q recorded twice", h.ID)
+			return true, n.invalid("handle %q recorded twice", h.ID)
 		case h.Node == "":
-			return bad("handle %q names no node", h.ID)
+			return true, n.invalid("handle %q names no node", h.ID)
 		case len(h.IPs) == 0:
-			return bad("handle %q holds no address here", h.ID)
+			return true, n.invalid("handle %q holds no address here", h.ID)
 		}
 		seen[h.ID] = true
 		for j, ip := range h.IPs {
@@ -229,60 +261,70 @@ func (n Node) validate(exact bool) (decided bool, err error) {
 			ok := j < len(last) && last[j] < len(n.Blocks) && n.Blocks[last[j]].Pool == ip.Pool && n.Blocks[last[j]].CIDR == ip.Block
 			if ok {
 				i = last[j]
-			} else if i, ok = index[ref]; ok && j < len(last) {
+			} else if i, ok = c.index[ref]; ok && j < len(last) {
 				last[j] = i
 			}
 			if !ok || !ip.Block.Contains(ip.Addr) {
-				return bad("handle %q holds %s in block %s, which this object does not hold", h.ID, ip.Addr, ref)
+				return true, n.invalid("handle %q holds %s in block %s, which this object does not hold", h.ID, ip.Addr, ref)
 			}
 			ord, _ := n.Blocks[i].Ordinal(ip.Addr)
-			if !exact {
+			if !c.exact {
 				if n.Blocks[i].Owners[ord] != h.ID || slices.ContainsFunc(h.IPs[:j], func(o ipam.HandleIP) bool {
 					return o.Pool == ip.Pool && o.Block == ip.Block && o.Addr == ip.Addr
 				}) {
 					return false, nil
 				}
-				counts[i]++
+				c.counts[i]++
 				continue
 			}
-			own := owners[i]
+			own := c.owners[i]
 			if other, taken := own[ord]; taken {
-				return bad("%s held by handles %q and %q", ip.Addr, other, h.ID)
+				return true, n.invalid("%s held by handles %q and %q", ip.Addr, other, h.ID)
 			}
 			own[ord] = h.ID
 		}
 	}
+	return true, nil
+}
+
+// validateLoans checks n's loans.
+func (n Node) validateLoans() error {
 	loans := make(map[Loan]bool, len(n.Loans))
 	for _, l := range n.Loans {
 		switch {
 		case l.Handle == "":
-			return bad("a loan without a handle")
+			return n.invalid("a loan without a handle")
 		case l.Lender == n.Name:
-			return bad("handle %q borrows from its own node", l.Handle)
+			return n.invalid("handle %q borrows from its own node", l.Handle)
 		case loans[l]:
-			return bad("handle %q borrows from %q twice", l.Handle, l.Lender)
+			return n.invalid("handle %q borrows from %q twice", l.Handle, l.Lender)
 		}
 		if err := ValidName("lender", l.Lender); err != nil {
-			return bad("loan of %q: %v", l.Handle, err)
+			return n.invalid("loan of %q: %v", l.Handle, err)
 		}
 		loans[l] = true
 	}
-	for i, b := range n.Blocks {
-		if !exact {
-			if counts[i] != len(b.Owners) {
+	return nil
+}
+
+// compareOwners compares what the records say with each block's owners.
+func (c *ownerCheck) compareOwners() (decided bool, err error) {
+	for i, b := range c.n.Blocks {
+		if !c.exact {
+			if c.counts[i] != len(b.Owners) {
 				return false, nil
 			}
 			continue
 		}
-		own := owners[i]
+		own := c.owners[i]
 		if len(own) != len(b.Owners) {
-			return bad("block %s/%s lists %d owners, the records %d", b.Pool, b.CIDR, len(b.Owners), len(own))
+			return true, c.n.invalid("block %s/%s lists %d owners, the records %d", b.Pool, b.CIDR, len(b.Owners), len(own))
 		}
 		// In order, to report the same address each time (the exact
 		// way runs only on a node found invalid).
 		for _, ord := range slices.Sorted(maps.Keys(b.Owners)) {
 			if id := b.Owners[ord]; own[ord] != id {
-				return bad("block %s/%s gives %s to %q, the records to %q", b.Pool, b.CIDR, b.Addr(ord), id, own[ord])
+				return true, c.n.invalid("block %s/%s gives %s to %q, the records to %q", b.Pool, b.CIDR, b.Addr(ord), id, own[ord])
 			}
 		}
 	}

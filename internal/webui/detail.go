@@ -196,7 +196,7 @@ func reserveReason(p ipam.Pool, a netip.Addr) string {
 		return "outside pool"
 	case a == p.CIDR.Addr() && hb > 1:
 		return "network"
-	case a.Is4() && hb > 1 && a == lastOf(p.CIDR):
+	case a.Is4() && hb > 1 && a == ipam.LastAddr(p.CIDR):
 		return "broadcast"
 	case a == p.Gateway:
 		return "gateway"

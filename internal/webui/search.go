@@ -54,38 +54,60 @@ func (m *model) search(q string) searchView {
 		return out
 	}
 	if ref, bare, err := parseBlockRef(q); err == nil {
-		for _, name := range slices.Sorted(mapKeys(m.pools)) {
-			p := m.pools[name].pool
-			if !p.CIDR.Contains(ref.Addr()) {
-				continue
-			}
-			blk, _ := ref.Addr().Prefix(p.BlockSize)
-			if !bare {
-				out.Results = append(out.Results, searchResult{Kind: "block", Label: fmt.Sprintf("block %s of pool %s", blk, name),
-					Pool: name, Block: blk, Node: m.blockNode(name, blk)})
-				continue
-			}
-			bs := m.blocks[store.BlockRef{Pool: name, CIDR: blk}]
-			label := ref.Addr().String() + " "
-			r := searchResult{Kind: "address", Pool: name, Block: blk, Addr: ref.Addr()}
-			if bs == nil {
-				label += "— free (block " + blk.String() + " is not claimed)"
-				if !p.Permits(ref.Addr()) {
-					label = ref.Addr().String() + " — reserved: " + reserveReason(p, ref.Addr())
-				}
-			} else {
-				ord, _ := bs.b.Ordinal(ref.Addr())
-				av := m.addrState(bs.b, &p, ord)
-				r.Node = av.Node
-				label += "— " + describe(av)
-			}
-			r.Label = label
-			out.Results = append(out.Results, r)
-		}
+		out.Results = append(out.Results, m.searchPrefix(ref, bare)...)
 		return out
 	}
 	lq := strings.ToLower(q)
-	rank := func(s string) int {
+	rank := ranker(lq)
+	res := m.searchNodes(rank)
+	res = m.searchNamed(lq, rank, res)
+	sortResults(res)
+	if len(res) > maxResults {
+		res, out.More = res[:maxResults], true
+	}
+	out.Results = append(out.Results, res...)
+	return out
+}
+
+// searchPrefix finds ref in every pool holding it: as an address (bare)
+// or as the block holding it.
+func (m *model) searchPrefix(ref netip.Prefix, bare bool) []searchResult {
+	var out []searchResult
+	for _, name := range slices.Sorted(mapKeys(m.pools)) {
+		p := m.pools[name].pool
+		if !p.CIDR.Contains(ref.Addr()) {
+			continue
+		}
+		blk, _ := ref.Addr().Prefix(p.BlockSize)
+		if !bare {
+			out = append(out, searchResult{Kind: "block", Label: fmt.Sprintf("block %s of pool %s", blk, name),
+				Pool: name, Block: blk, Node: m.blockNode(name, blk)})
+			continue
+		}
+		bs := m.blocks[store.BlockRef{Pool: name, CIDR: blk}]
+		label := ref.Addr().String() + " "
+		r := searchResult{Kind: "address", Pool: name, Block: blk, Addr: ref.Addr()}
+		if bs == nil {
+			label += "— free (block " + blk.String() + " is not claimed)"
+			if !p.Permits(ref.Addr()) {
+				label = ref.Addr().String() + " — reserved: " + reserveReason(p, ref.Addr())
+			}
+		} else {
+			ord, _ := bs.b.Ordinal(ref.Addr())
+			av := m.addrState(bs.b, &p, ord)
+			r.Node = av.Node
+			label += "— " + describe(av)
+		}
+		r.Label = label
+		out = append(out, r)
+	}
+	return out
+}
+
+// ranker returns how a name matches the lower-case query lq: 0 exactly,
+// 1 as a prefix, 2 inside, -1 not at all.
+func ranker(lq string) func(string) int {
+	return func(s string) int {
 		// Names are mostly lower case already (Kubernetes names are):
 		// fold only when needed, so a search over every handle does not
 		// allocate per handle.
@@ -102,8 +124,12 @@ func (m *model) search(q string) searchView {
 		}
 		return -1
 	}
+}
+
+// searchNodes finds the nodes (holding a block or pods) whose names rank:
+// each result jumps to the node's first block.
+func (m *model) searchNodes(rank func(string) int) []searchResult {
 	var res []searchResult
-	// Nodes: jump to their first block.
 	first := map[string]*blockState{}
 	for _, bs := range m.blocks {
 		if n := bs.b.Node; n != "" {
@@ -135,15 +161,23 @@ func (m *model) search(q string) searchView {
 		}
 		res = append(res, sr)
 	}
-	// Pods, containers and handles: one hit per address. Hits are
-	// collected cheaply, ordered by rank and handle, and only the
-	// results returned are labelled.
-	type hit struct {
-		rank int
-		kind string
-		h    *handleState
-	}
-	var hits []hit
+	return res
+}
+
+// searchHit is a handle whose pod, container or handle name ranks.
+type searchHit struct {
+	rank int
+	kind string
+	h    *handleState
+}
+
+// searchNamed appends to res the pods, containers and handles whose names
+// rank: one result per address. Hits are collected cheaply, ordered by
+// rank and handle, and only the results returned are labelled; it stops
+// past 2*maxResults results (search cuts them to maxResults and tells
+// there were more).
+func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult) []searchResult {
+	var hits []searchHit
 	withNS := strings.Contains(lq, "/")
 	for h := range m.searchHandles(lq) {
 		best, kind := -1, ""
@@ -162,17 +196,16 @@ func (m *model) search(q string) searchView {
 		try("handle", h.containerID)
 		try("handle", h.id)
 		if best >= 0 {
-			hits = append(hits, hit{rank: best, kind: kind, h: h})
+			hits = append(hits, searchHit{rank: best, kind: kind, h: h})
 		}
 	}
 	// Every hit adds at least one result: the first 2*maxResults+1 hits
 	// are all that can be shown (or tell that more were found).
-	hits = smallest(hits, 2*maxResults+1, func(a, b hit) int {
+	hits = smallest(hits, 2*maxResults+1, func(a, b searchHit) int {
 		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.h.id, b.h.id))
 	})
 	for _, x := range hits {
 		if len(res) > 2*maxResults {
-			out.More = true
 			break
 		}
 		h := x.h
@@ -188,8 +221,12 @@ func (m *model) search(q string) searchView {
 				Label: fmt.Sprintf("%s — %s on %s", name, ip.Addr, nodeOrNone(h.node)), order: len(res)})
 		}
 	}
-	// Nodes first within a rank (by name), then handles in the order
-	// found above (by handle ID, addresses in the handle's order).
+	return res
+}
+
+// sortResults puts nodes first within a rank (by name), then handles in
+// the order found (by handle ID, addresses in the handle's order).
+func sortResults(res []searchResult) {
 	slices.SortStableFunc(res, func(a, b searchResult) int {
 		if c := cmp.Compare(a.rank, b.rank); c != 0 {
 			return c
@@ -205,11 +242,6 @@ func (m *model) search(q string) searchView {
 		}
 		return cmp.Compare(a.order, b.order)
 	})
-	if len(res) > maxResults {
-		res, out.More = res[:maxResults], true
-	}
-	out.Results = append(out.Results, res...)
-	return out
 }
 
 // smallest returns the k smallest of xs by cmp, sorted (xs itself, sorted,

@@ -2,7 +2,6 @@ package webui
 
 import (
 	"cmp"
-	"encoding/binary"
 	"math"
 	"net/netip"
 	"slices"
@@ -234,7 +233,7 @@ func familyOf(a netip.Addr) int {
 // reservedSpans lists what pool p never hands out: network and broadcast
 // addresses, the gateway, what lies outside its range and its excludes.
 func reservedSpans(p ipam.Pool) []reservedSpan {
-	first, last := p.CIDR.Addr(), lastOf(p.CIDR)
+	first, last := p.CIDR.Addr(), ipam.LastAddr(p.CIDR)
 	hb := p.CIDR.Addr().BitLen() - p.CIDR.Bits()
 	out := []reservedSpan{}
 	add := func(from, to netip.Addr, reason string) {
@@ -257,28 +256,10 @@ func reservedSpans(p ipam.Pool) []reservedSpan {
 		add(p.RangeEnd.Next(), last, "outside range")
 	}
 	for _, x := range p.Exclude {
-		add(x.Masked().Addr(), lastOf(x), "excluded")
+		add(x.Masked().Addr(), ipam.LastAddr(x), "excluded")
 	}
 	slices.SortStableFunc(out, func(a, b reservedSpan) int { return cmp.Compare(a.Pos, b.Pos) })
 	return out
-}
-
-// lastOf is the last address of prefix p.
-func lastOf(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr()
-	b := a.As16()
-	bits := p.Bits()
-	if a.Is4() {
-		bits += 96
-	}
-	for i := bits; i < 128; i++ {
-		b[i/8] |= 1 << (7 - uint(i%8))
-	}
-	l := netip.AddrFrom16(b)
-	if a.Is4() {
-		return l.Unmap()
-	}
-	return l
 }
 
 // fraction is a's offset from base as a fraction of 2^hostBits; an
@@ -287,14 +268,7 @@ func fraction(base, a netip.Addr, hostBits int) float64 {
 	if !a.IsValid() {
 		return 1
 	}
-	x, y := base.As16(), a.As16()
-	bh, bl := binary.BigEndian.Uint64(x[:8]), binary.BigEndian.Uint64(x[8:])
-	ah, al := binary.BigEndian.Uint64(y[:8]), binary.BigEndian.Uint64(y[8:])
-	lo := al - bl
-	hi := ah - bh
-	if al < bl {
-		hi--
-	}
+	hi, lo := ipam.Diff128(base, a)
 	off := float64(hi)*math.Ldexp(1, 64) + float64(lo)
 	return min(off/math.Ldexp(1, hostBits), 1)
 }

@@ -7,34 +7,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // pluginBin is the ipkeeper binary built for this test run.
 var pluginBin string
 
 func TestMain(m *testing.M) {
-	tmp, err := os.MkdirTemp("", "durability-")
+	dir, remove, err := testenv.BuildCommands("./cmd/ipkeeper")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	pluginBin = filepath.Join(tmp, "ipkeeper")
-	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command("go", "build", "-o", pluginBin, "./cmd/ipkeeper")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/ipkeeper: %v\n%s", err, out)
-		os.Exit(2)
-	}
+	pluginBin = filepath.Join(dir, "ipkeeper")
 	code := m.Run()
-	_ = os.RemoveAll(tmp)
+	remove()
 	os.Exit(code)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -55,7 +56,7 @@ func bridgeLifecycle(t *testing.T, family int, subnet netip.Prefix) {
 		}
 		return a[0]
 	}
-	broadcast := lastAddr(subnet)
+	broadcast := ipam.LastAddr(subnet)
 
 	const n = 20
 	cs := make([]*container, n)
@@ -133,16 +134,6 @@ func bridgeLifecycle(t *testing.T, family int, subnet netip.Prefix) {
 	if err := r.status(t); err != nil {
 		t.Fatalf("STATUS with free addresses: %v", err)
 	}
-}
-
-// lastAddr is the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // gcIpkeeper sends CNI GC with the valid attachments to ipkeeper, with the

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 var (
@@ -46,26 +47,20 @@ func moduleRoot() string {
 }
 
 func TestMain(m *testing.M) {
-	tmp, err := os.MkdirTemp("", "etcdfault-")
+	// On the kubernetes datastore the plugin execs ipkeeper-kube from its
+	// own directory.
+	dir, remove, err := testenv.BuildCommands("./cmd/ipkeeper", "./cmd/ipkeeper-kube")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	pluginBin = filepath.Join(tmp, "ipkeeper")
-	// On the kubernetes datastore the plugin execs ipkeeper-kube from its
-	// own directory.
-	cmd := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./cmd/ipkeeper", "./cmd/ipkeeper-kube")
-	cmd.Dir = moduleRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/ipkeeper ./cmd/ipkeeper-kube: %v\n%s", err, out)
-		os.Exit(2)
-	}
+	pluginBin = filepath.Join(dir, "ipkeeper")
 	s, stop := etcdtest.Shared()
 	shared = s
 	code := m.Run()
 	stop()
 	kube.srv.Stop()
-	_ = os.RemoveAll(tmp)
+	remove()
 	os.Exit(code)
 }
 

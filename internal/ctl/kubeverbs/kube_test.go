@@ -30,6 +30,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 const testdata = "../../importer/testdata/"
@@ -38,19 +39,14 @@ const testdata = "../../importer/testdata/"
 var ctlBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ipkeeperctl-kube-")
+	dir, remove, err := testenv.BuildCommands("./cmd/ipkeeperctl")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	ctlBin = filepath.Join(dir, "ipkeeperctl")
-	if out, err := exec.Command("go", "build", "-o", ctlBin, "../../../cmd/ipkeeperctl").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ipkeeperctl: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(2)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
