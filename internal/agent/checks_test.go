@@ -185,8 +185,10 @@ func storeSnapshot(t *testing.T) map[string]string {
 // an ADD for its own node's pod.
 func TestAgentCNIChecks(t *testing.T) {
 	f := fixture(t, "cni")
-	a := agenttest.Start(t, agentBin, f.kubeconfig, f.nodeA, true)
-	b := agenttest.Start(t, agentBin, f.kubeconfig, f.nodeB, true)
+	// Each agent runs with its node's credentials (a token bound to a pod
+	// on it), as the DaemonSet's do: node writes policy applies.
+	a := agenttest.Start(t, agentBin, srv.NodeKubeconfig(t, f.nodeA), f.nodeA, true)
+	b := agenttest.Start(t, agentBin, srv.NodeKubeconfig(t, f.nodeB), f.nodeB, true)
 	prefix := f.ns
 	confA := func(ver string, set, top map[string]any) []byte {
 		return cniConf(t, ver, f.nodeA, prefix, a.Socket, set, top)

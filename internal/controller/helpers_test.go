@@ -110,10 +110,11 @@ func newRigOn(t *testing.T, grace time.Duration, backend string) *rig {
 		r.ds = config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{e.Endpoint}, Prefix: "/" + r.ns}
 		r.setup = r.ds
 	case config.DatastoreKubernetes:
-		// The controller's ServiceAccount for the controller, the
-		// node's (the plugin's) for the allocations of the test.
+		// The controller's ServiceAccount for the controller and for the
+		// allocations of the test, which play many nodes from one process
+		// (a node's own credentials may write only its node's objects).
 		r.ds = config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: controllerKubeconfig, Prefix: r.ns}
-		r.setup = config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node"), Prefix: r.ns}
+		r.setup = config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: controllerKubeconfig, Prefix: r.ns}
 	default:
 		t.Fatalf("unknown backend %q", backend)
 	}

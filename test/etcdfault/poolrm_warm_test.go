@@ -60,13 +60,13 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 					}
 				})
 				lockDir := t.TempDir() // the node's: on etcd its hint file stays between calls
-				conf := pluginConf(b.pluginDS, "node-w", pool.Name)
+				conf := pluginConf(b.pluginDS, "node-new", pool.Name)
 				o, err := runPlugin(ctx, t, "ADD", "c1", conf, lockDir)
 				if err != nil || o.Code != 0 || len(o.IPs) != 1 || !pool.CIDR.Contains(o.IPs[0]) {
 					t.Fatalf("first ADD: %+v, %v", o, err)
 				}
 
-				// Mark the pool as 'pool rm' does first; node-w's block
+				// Mark the pool as 'pool rm' does first; node-new's block
 				// keeps room for more.
 				var before consistency.Counts
 				var nodeVersion store.Version
@@ -79,9 +79,9 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 					if _, err := s.UpdatePool(ctx, p); err != nil {
 						t.Fatal(err)
 					}
-					n, err := s.GetNode(ctx, "node-w")
+					n, err := s.GetNode(ctx, "node-new")
 					if err != nil || len(n.Blocks) != 1 || n.Blocks[0].FreeCount(pool) == 0 {
-						t.Fatalf("node-w's object %+v (%v): want one block of %s with room", n, err, pool.Name)
+						t.Fatalf("node-new's object %+v (%v): want one block of %s with room", n, err, pool.Name)
 					}
 					nodeVersion = n.Version
 					// The kubernetes plugin reads the pool from the API
@@ -123,8 +123,8 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 					if rep.Counts != before {
 						t.Fatalf("the refused ADD changed the store: %+v, before %+v", rep.Counts, before)
 					}
-					if n, err := s.GetNode(ctx, "node-w"); err != nil || n.Version != nodeVersion {
-						t.Fatalf("the refused ADD wrote node-w's object: version %v (%v), before %v", n.Version, err, nodeVersion)
+					if n, err := s.GetNode(ctx, "node-new"); err != nil || n.Version != nodeVersion {
+						t.Fatalf("the refused ADD wrote node-new's object: version %v (%v), before %v", n.Version, err, nodeVersion)
 					}
 				})
 
@@ -193,7 +193,7 @@ func TestPoolMarkedBetweenClaimAndReread(t *testing.T) {
 				m := &markOnClaim{Store: s, t: t, pool: pool.Name}
 				a := allocator.NewStoreAllocator(m, nil)
 				_, err = a.Allocate(ctx, allocator.Request{
-					Handle: ipam.Handle{ID: "net1.c1.eth0", Network: "net1", ContainerID: "c1", IfName: "eth0", Node: "node-c"},
+					Handle: ipam.Handle{ID: "net1.c1.eth0", Network: "net1", ContainerID: "c1", IfName: "eth0", Node: "node-new"},
 					Sets:   [][]string{{pool.Name}}})
 				if !m.marked {
 					t.Fatal("setup: the allocation claimed no block, the pool was never marked")
