@@ -74,6 +74,42 @@ func (n *node) reapRuntime(t *testing.T) {
 	}
 	unmountUnder(t, n.dir)
 	n.removeLogLinks()
+	n.removeHostDirs()
+}
+
+// hostDirs are the directories outside the node's own that its runtime
+// creates: the shims' socket directory and the parent cgroup of the
+// sandboxes in every hierarchy.
+func hostDirs() []string {
+	dirs := []string{"/run/containerd/s", "/run/containerd"}
+	hier, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, h := range hier {
+		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", h.Name(), "k8s.io"))
+	}
+	return dirs
+}
+
+// noteHostDirs records which of hostDirs exist before the node starts.
+func (n *node) noteHostDirs() {
+	n.hadDirs = map[string]bool{}
+	for _, d := range hostDirs() {
+		if _, err := os.Lstat(d); err == nil {
+			n.hadDirs[d] = true
+		}
+	}
+}
+
+// removeHostDirs removes those of hostDirs the node made, when empty
+// (rmdir: a cgroup or directory still in use stays).
+func (n *node) removeHostDirs() {
+	if n.hadDirs == nil {
+		return
+	}
+	for _, d := range hostDirs() {
+		if !n.hadDirs[d] {
+			_ = os.Remove(d)
+		}
+	}
 }
 
 // shimPIDs are the node's shim processes.

@@ -92,13 +92,20 @@ func (n *node) importPause(t *testing.T) {
 	run(t, n.tools.ctr, "--address", n.criSocket, "-n", "k8s.io", "images", "import", bin("pause.tar"))
 }
 
-// crictl runs crictl against the node's containerd.
+// crictlOut runs crictl against the node's containerd and returns its
+// standard output (and, on failure, its standard error too).
 func (n *node) crictlOut(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	argv := append([]string{"--runtime-endpoint", "unix://" + n.criSocket, "--image-endpoint", "unix://" + n.criSocket, "--timeout", "60s"}, args...)
-	out, err := exec.CommandContext(ctx, n.tools.crictl, argv...).CombinedOutput()
-	return string(out), err
+	cmd := exec.CommandContext(ctx, n.tools.crictl, argv...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out) + stderr.String(), err
+	}
+	return string(out), nil
 }
 
 // criSandbox is what crictl pods -o json tells of one sandbox.

@@ -46,6 +46,7 @@ type node struct {
 	knownIDs  map[string]bool
 	sysctls   map[string]string
 	kubeletKC string
+	hadDirs   map[string]bool
 }
 
 // nodeOptions are what the scenarios vary.
@@ -83,6 +84,7 @@ func startNode(t *testing.T, o nodeOptions) *node {
 	n.cniBin, n.cniConf = n.path("cni/bin"), n.path("cni/net.d")
 	n.lockDir, n.agentSock = n.path("run/locks"), n.path("run/agent/agent.sock")
 	n.sysctls = saveSysctls(t)
+	n.noteHostDirs()
 	t.Cleanup(n.teardown)
 	for _, d := range []string{n.cniBin, n.cniConf, n.lockDir, n.path("containerd"), n.path("kubelet"), n.path("pod-logs"), n.path("sa")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
