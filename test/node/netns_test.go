@@ -31,12 +31,14 @@ type proxy struct {
 func newProxy(t *testing.T, nsPath, addr, target string) *proxy {
 	t.Helper()
 	p := &proxy{target: target, conns: map[net.Conn]struct{}{}}
-	p.listen = func() (net.Listener, error) { return listenIn(nsPath, addr) }
-	ln, err := p.listen()
+	ln, err := listenIn(nsPath, addr)
 	if err != nil {
 		t.Fatalf("proxy listen %s in %q: %v", addr, nsPath, err)
 	}
 	p.ln = ln
+	// Restore listens on the port picked now.
+	bound := ln.Addr().String()
+	p.listen = func() (net.Listener, error) { return listenIn(nsPath, bound) }
 	go p.serve(ln)
 	t.Cleanup(func() {
 		p.mu.Lock()

@@ -34,7 +34,10 @@ func (n *node) newNamespace(t *testing.T, annotations map[string]string) string 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = n.srv.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		// No namespace controller runs: the pods go first, at once.
+		ctx := context.Background()
+		_ = n.srv.Client.CoreV1().Pods(name).DeleteCollection(ctx, deleteNow, metav1.ListOptions{})
+		_ = n.srv.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	return name
 }
