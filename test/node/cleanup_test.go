@@ -78,10 +78,12 @@ func (n *node) reapRuntime(t *testing.T) {
 }
 
 // hostDirs are the directories outside the node's own that its runtime
-// creates: the shims' socket directory and the parent cgroup of the
-// sandboxes in every hierarchy.
+// and kubelet create at paths one cannot configure: the shims' socket
+// directory, the kubelet's device-plugin socket directory and log-link
+// directory, and the parent cgroup of the sandboxes in every hierarchy.
+// Children come before their parents.
 func hostDirs() []string {
-	dirs := []string{"/run/containerd/s", "/run/containerd"}
+	dirs := []string{"/run/containerd/s", "/run/containerd", "/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers"}
 	hier, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, h := range hier {
 		dirs = append(dirs, filepath.Join("/sys/fs/cgroup", h.Name(), "k8s.io"))
@@ -100,15 +102,22 @@ func (n *node) noteHostDirs() {
 }
 
 // removeHostDirs removes those of hostDirs the node made, when empty
-// (rmdir: a cgroup or directory still in use stays).
+// (rmdir: a cgroup or directory still in use stays) — except the
+// device-plugin directory, which holds only the kubelet's socket and
+// checkpoint when the node made it, and goes with its content.
 func (n *node) removeHostDirs() {
 	if n.hadDirs == nil {
 		return
 	}
 	for _, d := range hostDirs() {
-		if !n.hadDirs[d] {
-			_ = os.Remove(d)
+		if n.hadDirs[d] {
+			continue
 		}
+		if d == "/var/lib/kubelet/device-plugins" {
+			_ = os.RemoveAll(d)
+			continue
+		}
+		_ = os.Remove(d)
 	}
 }
 

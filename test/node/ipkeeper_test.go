@@ -83,7 +83,7 @@ func (n *node) nodeConflist(t *testing.T) (string, []byte) {
 	ipamConf["ranges"] = n.opts.ranges
 	ipamConf["nodeName"] = "__KUBERNETES_NODE_NAME__"
 	list["cniVersion"] = "1.1.0"
-	list["plugins"] = []any{map[string]any{"type": "bridge", "bridge": "ipkn0", "isGateway": true, "ipam": ipamConf}}
+	list["plugins"] = []any{map[string]any{"type": "bridge", "bridge": "ipkn0", "isGateway": !n.opts.noGateway, "ipam": ipamConf}}
 	b, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
 		t.Fatal(err)

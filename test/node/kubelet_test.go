@@ -89,7 +89,7 @@ func (n *node) startKubelet(t *testing.T) {
 	}
 	n.kubelet = startProc(t, "kubelet", n.path("kubelet.log"), nil,
 		n.tools.kubelet, "--config", n.path("kubelet.yaml"), "--kubeconfig", n.kubeletKC,
-		"--root-dir", n.path("kubelet"), "--hostname-override", n.name, "--v", "2")
+		"--root-dir", n.path("kubelet"), "--cert-dir", n.path("kubelet/pki"), "--hostname-override", n.name, "--v", "2")
 	n.waitFor(t, "the kubelet registers Node "+n.name, 3*time.Minute, func() (bool, string) {
 		if !n.kubelet.running() {
 			t.Fatalf("kubelet exited:\n%s", n.kubelet.tail(60))

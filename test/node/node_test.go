@@ -57,6 +57,9 @@ type nodeOptions struct {
 	noController bool
 	// leakGrace is the controller's --leak-grace (default 5s).
 	leakGrace time.Duration
+	// noGateway leaves the bridge without a gateway address (the bridge
+	// plugin takes one subnet per address family as gateway only).
+	noGateway bool
 }
 
 // path is a path under the node's directory.

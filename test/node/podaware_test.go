@@ -15,7 +15,8 @@ import (
 // one from the config's range — each as the kubelet reports it in
 // status.podIP, and each the address ipkeeper holds for the pod's UID.
 func TestPodAwareThroughKubelet(t *testing.T) {
-	n := startNode(t, nodeOptions{leakGrace: 10 * time.Minute, ranges: []any{
+	// Two IPv4 subnets on one bridge: no gateway address on it.
+	n := startNode(t, nodeOptions{leakGrace: 10 * time.Minute, noGateway: true, ranges: []any{
 		[]any{map[string]any{"subnet": "10.82.0.0/24"}},
 	}})
 	if out, code := n.ctl(t, "pool", "add", "blue", "--cidr=10.83.0.0/24"); code != 0 {
