@@ -99,7 +99,7 @@ func (n *node) startKubelet(t *testing.T) {
 	})
 }
 
-// restartKubelet starts the kubelet again after stopKubelet.
+// restartKubelet starts the kubelet again after it was stopped.
 func (n *node) restartKubelet(t *testing.T) {
 	t.Helper()
 	n.startKubelet(t)

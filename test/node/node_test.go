@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -190,10 +189,4 @@ func randSuffix() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// logsContain reports whether the process's log holds s.
-func logsContain(p *proc, s string) bool {
-	b, err := os.ReadFile(p.log)
-	return err == nil && strings.Contains(string(b), s)
 }
