@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools sysdeps kube-apiserver test fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui bench-storage bench-kube image clean
+.PHONY: all build tools sysdeps kube-apiserver kubelet containerd crictl node-tools test test-node fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui bench-storage bench-kube image clean
 
 all: build
 
@@ -56,8 +56,9 @@ $(TOOLS_BIN)/staticcheck:
 #   strace            the durability test (result printed after fsync)
 #   kubectl           the deploy/ and RBAC tests against a real API server
 #   chromium          the address map's browser tests
+#   runc, nsenter     the real node's runtime (test/node)
 SYSDEPS := ip:iproute2 ping:iputils-ping gcc:gcc /usr/include/stdio.h:libc6-dev \
-	strace:strace kubectl:kubectl chromium:chromium
+	strace:strace kubectl:kubectl chromium:chromium runc:runc nsenter:util-linux
 
 sysdeps:
 	@missing=""; \
@@ -84,6 +85,26 @@ sysdeps:
 kube-apiserver:
 	@scripts/kube-apiserver.sh >/dev/null
 
+# The real node's binaries (test/node), built from the module proxy once
+# per version into the same cache: a kubelet (cold ~15 min, less after
+# kube-apiserver's build), containerd 2.x with its runc shim and ctr, and
+# crictl.
+kubelet:
+	@scripts/kubelet.sh >/dev/null
+
+containerd:
+	@scripts/containerd.sh >/dev/null
+
+crictl:
+	@scripts/crictl.sh >/dev/null
+
+node-tools: kubelet containerd crictl
+
+# The real-node tests alone (as root): containerd, a kubelet and ipkeeper
+# running pods, against a real kube-apiserver.
+test-node: sysdeps tools kube-apiserver node-tools
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./test/node/
+
 fmtcheck:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -95,10 +116,15 @@ staticcheck: $(TOOLS_BIN)/staticcheck
 	$(TOOLS_BIN)/staticcheck $(PKGS)
 
 # Browser tests keep their screenshots in bin/artifacts (IPKEEPER_ARTIFACTS).
-gotest:
-	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) IPKEEPER_ARTIFACTS=$${IPKEEPER_ARTIFACTS:-$(BIN)/artifacts} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+# The real-node tests (test/node) run in `make test-node`; NODE_TESTS=1
+# runs them in `make test` too (and builds what they need first).
+NODE_TESTS ?=
+GOTEST_PKGS = $(if $(NODE_TESTS),$(PKGS),$$($(GO) list $(PKGS) | grep -v '/test/node$$'))
 
-test: sysdeps tools kube-apiserver build
+gotest:
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) IPKEEPER_ARTIFACTS=$${IPKEEPER_ARTIFACTS:-$(BIN)/artifacts} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTEST_PKGS)
+
+test: sysdeps tools kube-apiserver build $(if $(NODE_TESTS),node-tools)
 	$(MAKE) --no-print-directory fmtcheck
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory staticcheck
