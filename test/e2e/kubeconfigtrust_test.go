@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -89,7 +90,7 @@ func TestUntrustedPodAwareKubeconfig(t *testing.T) {
 	for _, pl := range untrustedPlacements {
 		t.Run(pl.name, func(t *testing.T) {
 			if pl.root {
-				needRoot(t)
+				testenv.NeedRoot(t)
 			}
 			addr, accepted := countingListener(t)
 			base := privateTempDir(t)
@@ -140,7 +141,7 @@ func TestUntrustedDatastoreKubeconfig(t *testing.T) {
 	for i, pl := range untrustedPlacements {
 		t.Run(pl.name, func(t *testing.T) {
 			if pl.root {
-				needRoot(t)
+				testenv.NeedRoot(t)
 			}
 			prefix := []string{"trust-mode", "trust-link"}[i]
 			kc, names := pl.put(t, privateTempDir(t), data)
