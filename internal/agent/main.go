@@ -16,10 +16,10 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 )
 
 // DefaultSocket is where the agent listens unless told otherwise, and what
@@ -164,18 +164,15 @@ func Run(ctx context.Context, o Options, stderr io.Writer) error {
 }
 
 // restConfig is the kubeconfig's client configuration, or the in-cluster
-// one when path is "".
+// one when path is "" (kube.RESTConfig: files another user could have
+// written are refused).
 func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster configuration (or give --kubeconfig): %w", err)
-		}
-		return cfg, nil
+	cfg, err := kube.RESTConfig(path)
+	if err != nil && path == "" {
+		return nil, fmt.Errorf("%w (or give --kubeconfig)", err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	return cfg, nil
 }

@@ -13,17 +13,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 )
 
 // Listen listens on the unix socket path, mode 0600. Its directory must
-// pass the path-trust rules of ipkeeper's other files (local.PrepareDir:
+// pass the path-trust rules of ipkeeper's other files (filetrust.PrepareDir:
 // every directory on the way owned by root or this user and not writable
 // by others; missing ones are created 0700). A socket left by an agent
 // that is gone is replaced; a socket some process still answers on, or
 // anything else at path, is refused.
 func Listen(path string) (net.Listener, error) {
-	dir, err := local.PrepareDir("agent socket directory", filepath.Dir(path))
+	dir, err := filetrust.PrepareDir("agent socket directory", filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
@@ -28,6 +27,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
@@ -301,16 +301,15 @@ func (o Options) datastoreCredentials(ds config.Datastore, log *slog.Logger) (co
 }
 
 // kubeConfig loads a kubeconfig file, or the in-cluster config when path
-// is "".
+// is "" (kube.RESTConfig: files another user could have written are
+// refused).
 func kubeConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path == "" {
-		if cfg, err = rest.InClusterConfig(); err != nil {
-			return nil, fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
-		}
-	} else if cfg, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+	cfg, err := kube.RESTConfig(path)
+	if err != nil && path == "" {
+		return nil, fmt.Errorf("no --kubeconfig and no usable in-cluster configuration: %w", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	// client-go's default (5 requests/s, bursts of 10) is shared by the
 	// informers' watches, leader election, the stale-view check and

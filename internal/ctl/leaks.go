@@ -12,11 +12,11 @@ import (
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 )
 
 // kubeFlags is --kubeconfig of the verbs that learn liveness from the
@@ -35,9 +35,9 @@ const listPageSize = 500
 // namespace and name it lists only that pod (a field selector). Call it
 // after reading the handles: a handle is then never newer than the view.
 func (k *kubeFlags) clusterView(ctx context.Context, namespace, name string) (*leaks.Snapshot, int, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig)
+	cfg, err := kube.RESTConfig(k.kubeconfig)
 	if err != nil {
-		return nil, 0, fmt.Errorf("--kubeconfig %s: %w", k.kubeconfig, err)
+		return nil, 0, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "ipkeeperctl"
 	cs, err := kubernetes.NewForConfig(cfg)

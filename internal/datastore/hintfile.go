@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // A plugin process on etcd leaves its node object, as it last read or
@@ -87,7 +87,7 @@ func hintPath(dir, lock, node string) string {
 // (missing, not a private regular file, too large, malformed, or of
 // another node).
 func loadHint(path, node string) *kvbacked.NodeHint {
-	f, err := local.OpenPrivateFile("hint file", path, os.O_RDONLY)
+	f, err := filetrust.OpenPrivateFile("hint file", path, os.O_RDONLY)
 	if err != nil {
 		return nil
 	}
@@ -130,7 +130,7 @@ func saveHint(path string, h kvbacked.NodeHint) {
 		return
 	}
 	tmp := path + ".tmp"
-	f, err := local.OpenPrivateFile("hint file", tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	f, err := filetrust.OpenPrivateFile("hint file", tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
 		removeHint(path)
 		return

@@ -10,20 +10,20 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/flock"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // nodeLock takes an exclusive flock on dir/name, waiting at most wait (and
 // while ctx lasts); the returned func releases it. A process that dies
 // releases its lock with its file descriptor. dir must have passed
-// local.PrepareDir; the lock file must be a regular file that only root or
-// the caller may change (local.OpenPrivateFile), else the error wraps
+// filetrust.PrepareDir; the lock file must be a regular file that only root or
+// the caller may change (filetrust.OpenPrivateFile), else the error wraps
 // ErrBadPath.
 func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func(), error) {
 	path := filepath.Join(dir, name)
-	f, err := local.OpenPrivateFile("node lock file", path, os.O_RDWR|os.O_CREATE)
+	f, err := filetrust.OpenPrivateFile("node lock file", path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, fmt.Errorf("node lock: %w", err)
 	}

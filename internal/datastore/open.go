@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
@@ -99,7 +100,7 @@ func openEtcd(ctx context.Context, ds config.Datastore, lock bool) (kv.Store, er
 		}
 		// The directory is checked (and made) before the lock file is
 		// opened, so a refusal creates nothing but a safe directory.
-		if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
+		if _, err := filetrust.PrepareDir(lockDirWhat, dir); err != nil {
 			return nil, err
 		}
 		var err error

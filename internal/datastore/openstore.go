@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // OpenStore opens the typed datastore (store.Store, docs/STORAGE.md) ds
@@ -163,7 +163,7 @@ func openKube(ctx context.Context, ds config.Datastore, shared bool) (store.Stor
 		return ks, nil
 	}
 	dir := lockDir()
-	if _, err := local.PrepareDir(lockDirWhat, dir); err != nil {
+	if _, err := filetrust.PrepareDir(lockDirWhat, dir); err != nil {
 		_ = ks.Close()
 		return nil, err
 	}

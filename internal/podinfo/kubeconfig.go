@@ -6,13 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 )
 
 // maxFile bounds the files a kubeconfig names (and the kubeconfig itself).
@@ -72,12 +72,16 @@ type rawKubeconfig struct {
 // LoadKubeconfig reads the kubeconfig at path and returns the credentials
 // of its current context (or of its only context). Relative file paths in
 // it are relative to the kubeconfig's directory, as with kubectl.
-// Credential plugins (exec, auth-provider) are not supported. Errors wrap
-// ErrKubeconfig and name the path.
+// Credential plugins (exec, auth-provider) are not supported. The
+// kubeconfig and every file it names (certificate-authority,
+// client-certificate, client-key, tokenFile) must pass filetrust's rules,
+// as whoever can write them chooses the API server and the credentials.
+// Errors wrap ErrKubeconfig and name the path; unsafe files also wrap
+// filetrust.ErrUnsafe.
 func LoadKubeconfig(path string) (*Credentials, error) {
-	data, err := readSmall(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: %w", ErrKubeconfig, path, err)
+	data, err := readSmall("kubeconfig", path)
+	if err != nil { // names the path
+		return nil, fmt.Errorf("%w: %w", ErrKubeconfig, err)
 	}
 	c, err := parseKubeconfig(data, filepath.Dir(path))
 	if err != nil {
@@ -157,7 +161,7 @@ func parseKubeconfig(data []byte, dir string) (*Credentials, error) {
 		}
 		out.Token = us.Token
 		if out.Token == "" && us.TokenFile != "" {
-			b, err := readSmall(resolve(dir, us.TokenFile))
+			b, err := readSmall("tokenFile", resolve(dir, us.TokenFile))
 			if err != nil {
 				return nil, fmt.Errorf("user %q: tokenFile: %w", u.Name, err)
 			}
@@ -205,7 +209,7 @@ func dataOrFile(data, file, dir, what string) ([]byte, error) {
 	if file == "" {
 		return nil, nil
 	}
-	b, err := readSmall(resolve(dir, file))
+	b, err := readSmall(what, resolve(dir, file))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -220,30 +224,11 @@ func resolve(dir, p string) string {
 	return filepath.Join(dir, p)
 }
 
-// readSmall reads a regular file of at most maxFile bytes without
-// blocking on a FIFO or device.
-func readSmall(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|nonblock, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Size() > maxFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFile)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFile)
-	}
-	return b, nil
+// readSmall reads a file the kubeconfig names (or the kubeconfig itself)
+// of at most maxFile bytes, when only root or the caller can have chosen
+// its content (filetrust.ReadFile: a planted link, a file another user owns
+// or may write, or one in such a directory is refused, without blocking on
+// a FIFO).
+func readSmall(what, path string) ([]byte, error) {
+	return filetrust.ReadFile(what, path, maxFile)
 }

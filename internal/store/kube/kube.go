@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
@@ -114,25 +113,20 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open loads the kubeconfig (or the in-cluster config) and returns the
-// store. It sends nothing: a missing CRD or RBAC shows on the first
-// request.
+// Open loads the kubeconfig (or the in-cluster config) with RESTConfig,
+// which refuses credential files another user could have written, and
+// returns the store. It sends nothing: a missing CRD or RBAC shows on the
+// first request.
 func Open(cfg Config) (*Store, error) {
 	if cfg.Prefix != "" && !IsDNSLabel(cfg.Prefix) {
 		return nil, fmt.Errorf("%w: prefix %q is not a DNS-1123 label", ErrBadConfig, cfg.Prefix)
 	}
-	var rc *rest.Config
-	var err error
-	if cfg.Kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	}
+	rc, err := RESTConfig(cfg.Kubeconfig)
 	if err != nil && cfg.Kubeconfig == "" {
-		return nil, fmt.Errorf("%w: no kubeconfig is named (the datastore's \"kubeconfig\"), and this process has no in-cluster configuration: %v", ErrBadConfig, err)
+		return nil, fmt.Errorf("%w (no kubeconfig is named: the datastore's \"kubeconfig\")", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: kubeconfig %q: %v", ErrBadConfig, cfg.Kubeconfig, err)
+		return nil, err
 	}
 	if cfg.QPS != 0 {
 		rc.QPS = cfg.QPS

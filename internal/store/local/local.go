@@ -2,7 +2,7 @@
 // this machine, for single-node use without any setup.
 //
 // The file is dir/ipkeeper.db (mode 0600, directory 0700); Open refuses a
-// directory or file another user could change (see PrepareDir). Only one process
+// directory or file another user could change (filetrust.PrepareDir). Only one process
 // holds it open at a time: Open takes an exclusive flock on the file and
 // waits for it (up to the lock timeout, or until ctx ends), so CNI plugin
 // invocations that run at the same time are serialized by the kernel. Each
@@ -26,6 +26,7 @@ import (
 	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
 
@@ -46,7 +47,8 @@ var ErrInvalidKey = errors.New("local: invalid key")
 // that is not a directory, is a symbolic link or special file where a file
 // belongs, or is owned or writable by another user. Its messages name the
 // path and the fix. Nothing is created or changed when it is returned.
-var ErrBadPath = errors.New("unusable or unsafe datastore path")
+// It is filetrust.ErrUnsafe, which every path check of ipkeeper wraps.
+var ErrBadPath = filetrust.ErrUnsafe
 
 // ErrCorrupt is returned when the file holds data this package did not
 // write (a value without a version header, an unknown format).
@@ -93,10 +95,10 @@ var _ kv.Store = (*Store)(nil)
 // Open opens (creating if needed) the datastore in dir.
 //
 // The directory and every directory above it must be owned by root or the
-// caller and not writable by other users (PrepareDir); what is missing is
+// caller and not writable by other users (filetrust.PrepareDir); what is missing is
 // created with mode 0700. The file is opened without following a symbolic
 // link and must be a regular file owned by root or the caller
-// (OpenPrivateFile); it is created with mode 0600, and an existing file
+// (filetrust.OpenPrivateFile); it is created with mode 0600, and an existing file
 // open to other users is made 0600. A path that fails these checks fails
 // with an error wrapping ErrBadPath that names the path and the fix,
 // before anything is created.
@@ -112,7 +114,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("local: open %s: %w: %w", dir, kv.ErrUnavailable, err)
 	}
-	if _, err := PrepareDir("datastore directory", dir); err != nil {
+	if _, err := filetrust.PrepareDir("datastore directory", dir); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
@@ -134,7 +136,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 			if locked {
 				return os.OpenFile(name, flag, perm)
 			}
-			f, err := OpenPrivateFile("datastore file", name, flag)
+			f, err := filetrust.OpenPrivateFile("datastore file", name, flag)
 			if err != nil {
 				return nil, err
 			}
