@@ -17,7 +17,7 @@ import (
 func TestRefusalRereadsPools(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		stored, err := s.GetPool(ctx, v4Pool.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -40,7 +40,7 @@ func TestRefusalRereadsPools(t *testing.T) {
 		}
 		// A new allocator: this one's cache serves the pool as read above
 		// for PoolCacheTTL.
-		if _, err := newStoreAllocator(t, s).Allocate(ctx, storeReq("node-a", "c-refused", v4Pool.Name)); !errors.Is(err, allocator.ErrNoPool) {
+		if _, err := newAllocator(t, s).Allocate(ctx, storeReq("node-a", "c-refused", v4Pool.Name)); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("allocation from a pool stored as disabled: %v, want ErrNoPool", err)
 		}
 	})

@@ -52,14 +52,14 @@ func TestConcurrentAllocationsReadAPoolOnce(t *testing.T) {
 	}{{"IPv4", v4Pool.Name}, {"IPv6", v6Pool.Name}} {
 		t.Run(c.name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
-				first := newStoreAllocator(t, s, v4Pool, v6Pool)
+				first := newAllocator(t, s, v4Pool, v6Pool)
 				for i := range nodes {
 					if _, err := first.Allocate(t.Context(), storeReq(fmt.Sprint("node-", i), fmt.Sprint("warm", i), c.pool)); err != nil {
 						t.Fatal(err)
 					}
 				}
 				h := &herdStore{Store: s, want: nodes, hold: 300 * time.Millisecond, all: make(chan struct{})}
-				a := allocator.NewStoreAllocator(h, nil)
+				a := allocator.New(h, nil)
 				var wg sync.WaitGroup
 				errs := make(chan error, nodes)
 				for i := range nodes {
@@ -103,7 +103,7 @@ func TestDefinedPoolReadsOnFirstADD(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				pg := &poolGets{Store: s}
-				a := allocator.NewStoreAllocator(pg, nil)
+				a := allocator.New(pg, nil)
 				add := func(id string) {
 					t.Helper()
 					req := storeReq("node-a", id, p.Name)
@@ -150,14 +150,14 @@ func TestSharedPoolReadCancelled(t *testing.T) {
 	for _, p := range []ipam.Pool{v4Pool, v6Pool} {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
-				first := newStoreAllocator(t, s, p)
+				first := newAllocator(t, s, p)
 				for _, n := range []string{"node-a", "node-b"} {
 					if _, err := first.Allocate(t.Context(), storeReq(n, "warm-"+n, p.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
 				st := &stallFirstPoolRead{Store: s, started: make(chan struct{})}
-				a := allocator.NewStoreAllocator(st, nil)
+				a := allocator.New(st, nil)
 				ctx, cancel := context.WithCancel(t.Context())
 				starter := make(chan error, 1)
 				go func() {

@@ -26,7 +26,7 @@ func TestReleaseAddrHeldByBorrowed(t *testing.T) {
 		t.Run(fam.name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				ctx := t.Context()
-				a := newStoreAllocator(t, s, fam.pool)
+				a := newAllocator(t, s, fam.pool)
 				if _, err := a.Allocate(ctx, storeReq("node-a", "a", fam.pool.Name)); err != nil {
 					t.Fatal(err)
 				}

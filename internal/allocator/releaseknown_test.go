@@ -8,16 +8,16 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-// TestStoreReleaseRemembered: Release uses the node object the allocator
+// TestReleaseRemembered: Release uses the node object the allocator
 // last saw when it names the handle (no read: one write), but a copy that
 // does not name it is confirmed by a read (another process allocated it
 // since), and a copy whose record is stale conflicts and is read again:
 // what is released is always the handle as stored.
-func TestStoreReleaseRemembered(t *testing.T) {
+func TestReleaseRemembered(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		c := &counted{Store: s}
-		a := newStoreAllocator(t, c, v4Pool)
-		other := allocator.NewStoreAllocator(s, nil) // another process
+		a := newAllocator(t, c, v4Pool)
+		other := allocator.New(s, nil) // another process
 		ctx := t.Context()
 		if _, err := a.Allocate(ctx, storeReq("node-a", "x", "v4")); err != nil {
 			t.Fatal(err)

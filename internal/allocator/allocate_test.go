@@ -14,7 +14,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
+func TestAllocateClaimsAndOneWrite(t *testing.T) {
 	cases := []struct {
 		name  string
 		pool  ipam.Pool
@@ -27,7 +27,7 @@ func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				cs := &counted{Store: s}
-				a := newStoreAllocator(t, cs, c.pool)
+				a := newAllocator(t, cs, c.pool)
 				var got []string
 				for i := range 2 {
 					h, err := a.Allocate(t.Context(), storeReq("node-a", fmt.Sprint("a", i), c.pool.Name))
@@ -67,10 +67,10 @@ func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
 	}
 }
 
-func TestStoreAllocateDualStack(t *testing.T) {
+func TestAllocateDualStack(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
-		a := newStoreAllocator(t, cs, v4Pool, v6Pool)
+		a := newAllocator(t, cs, v4Pool, v6Pool)
 		if _, err := a.Allocate(t.Context(), storeReq("node-a", "c0", "v4", "v6")); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestStoreAllocateDualStack(t *testing.T) {
 			t.Fatalf("dual-stack ADD = %+v", h.IPs)
 		}
 		// Idempotent, from this allocator and from a fresh one.
-		for _, al := range []*allocator.StoreAllocator{a, allocator.NewStoreAllocator(s, nil)} {
+		for _, al := range []*allocator.Allocator{a, allocator.New(s, nil)} {
 			again, err := al.Allocate(t.Context(), storeReq("node-a", "c1", "v4", "v6"))
 			if err != nil || !slices.Equal(again.IPs, h.IPs) {
 				t.Fatalf("repeated ADD = %+v, %v; want %+v", again.IPs, err, h.IPs)
@@ -106,17 +106,17 @@ func TestStoreAllocateDualStack(t *testing.T) {
 	})
 }
 
-// TestStoreBorrowAndStrict: a node with no block left to claim borrows
+// TestBorrowAndStrict: a node with no block left to claim borrows
 // from another node's block (a loan in its object, the record in the
 // lender's), unless the pool is strict; releasing frees the lender's
 // address and drops the loan.
-func TestStoreBorrowAndStrict(t *testing.T) {
+func TestBorrowAndStrict(t *testing.T) {
 	small4 := ipam.Pool{Name: "small4", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	small6 := ipam.Pool{Name: "small6", CIDR: netip.MustParsePrefix("fd00:8::/123"), BlockSize: 124}
 	for _, p := range []ipam.Pool{small4, small6} {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
-				a := newStoreAllocator(t, s, p)
+				a := newAllocator(t, s, p)
 				for _, node := range []string{"node-a", "node-b"} {
 					if _, err := a.Allocate(t.Context(), storeReq(node, node+"-0", p.Name)); err != nil {
 						t.Fatal(err)
@@ -133,7 +133,7 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 				if err != nil || !ok || !slices.Equal(got.IPs, h.IPs) {
 					t.Fatalf("Handle = %+v, %v, %v; want %+v", got, ok, err, h)
 				}
-				if again, err := allocator.NewStoreAllocator(s, nil).Allocate(t.Context(), storeReq("node-c", "c0", p.Name)); err != nil || !slices.Equal(again.IPs, h.IPs) {
+				if again, err := allocator.New(s, nil).Allocate(t.Context(), storeReq("node-c", "c0", p.Name)); err != nil || !slices.Equal(again.IPs, h.IPs) {
 					t.Fatalf("repeated borrowed ADD = %+v, %v", again, err)
 				}
 				if freed, err := a.Release(t.Context(), "node-c", h.ID); err != nil || len(freed) != 1 || freed[0] != h.IPs[0].Addr {
@@ -148,7 +148,7 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 				strict := p
 				strict.Name += "-strict"
 				strict.StrictAffinity = true
-				sa := newStoreAllocator(t, s, strict)
+				sa := newAllocator(t, s, strict)
 				for _, node := range []string{"node-a", "node-b"} {
 					if _, err := sa.Allocate(t.Context(), storeReq(node, node+"-s", strict.Name)); err != nil {
 						t.Fatal(err)
@@ -162,9 +162,9 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 	}
 }
 
-func TestStoreAllocateWanted(t *testing.T) {
+func TestAllocateWanted(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool, v6Pool)
+		a := newAllocator(t, s, v4Pool, v6Pool)
 		ctx := t.Context()
 		if _, err := a.Allocate(ctx, storeReq("node-a", "a0", "v4")); err != nil {
 			t.Fatal(err)
@@ -205,13 +205,13 @@ func TestStoreAllocateWanted(t *testing.T) {
 	})
 }
 
-func TestStoreAllocateNoPool(t *testing.T) {
+func TestAllocateNoPool(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		sel := v4Pool
 		sel.Name, sel.NodeSelector = "selective", "zone == a"
 		off := v6Pool
 		off.Name, off.Disabled = "off", true
-		a := newStoreAllocator(t, s, sel, off)
+		a := newAllocator(t, s, sel, off)
 		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "selective")); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("pool selecting other nodes: %v, want ErrNoPool", err)
 		}
@@ -232,12 +232,12 @@ func TestStoreAllocateNoPool(t *testing.T) {
 	})
 }
 
-// TestStoreAllocateExhausted fills a pool (bounded: it has 30 usable
+// TestAllocateExhausted fills a pool (bounded: it has 30 usable
 // addresses) and expects ErrExhausted with nothing left behind.
-func TestStoreAllocateExhausted(t *testing.T) {
+func TestAllocateExhausted(t *testing.T) {
 	tiny := ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.7.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, tiny)
+		a := newAllocator(t, s, tiny)
 		var err error
 		n := 0
 		for ; n < 64; n++ {
@@ -254,13 +254,13 @@ func TestStoreAllocateExhausted(t *testing.T) {
 	})
 }
 
-// TestStoreFailedAddLeavesNothing: when a write after the node's own one
+// TestFailedAddLeavesNothing: when a write after the node's own one
 // fails (the lender's), the allocation is undone.
-func TestStoreFailedAddLeavesNothing(t *testing.T) {
+func TestFailedAddLeavesNothing(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
-		a := newStoreAllocator(t, cs, small)
+		a := newAllocator(t, cs, small)
 		for _, node := range []string{"node-a", "node-b"} {
 			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
 				t.Fatal(err)
@@ -286,9 +286,9 @@ func TestStoreFailedAddLeavesNothing(t *testing.T) {
 	})
 }
 
-func TestStoreEnsurePoolConflict(t *testing.T) {
+func TestEnsurePoolConflict(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		other := v4Pool
 		other.CIDR = netip.MustParsePrefix("10.10.0.0/24")
 		other.Gateway = netip.Addr{}
@@ -306,14 +306,14 @@ func TestStoreEnsurePoolConflict(t *testing.T) {
 	})
 }
 
-// TestStoreReleaseReportsEveryAttempt: a DEL that frees a lender's part,
+// TestReleaseReportsEveryAttempt: a DEL that frees a lender's part,
 // then conflicts on its own object and retries, still reports the
 // lender's address among those it freed.
-func TestStoreReleaseReportsEveryAttempt(t *testing.T) {
+func TestReleaseReportsEveryAttempt(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
-		a := newStoreAllocator(t, cs, small, v6Pool)
+		a := newAllocator(t, cs, small, v6Pool)
 		for _, node := range []string{"node-a", "node-b"} {
 			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
 				t.Fatal(err)
@@ -347,12 +347,12 @@ func sortedAddrList(as []netip.Addr) []netip.Addr {
 	return out
 }
 
-// TestStoreReleaseUnaffine: an allocation imported without a node (as
+// TestReleaseUnaffine: an allocation imported without a node (as
 // whereabouts records none) lives in store.UnaffineNode's object; the
 // runtime's DEL from the pod's real node frees it.
-func TestStoreReleaseUnaffine(t *testing.T) {
+func TestReleaseUnaffine(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		n := nodealloc.AddBlock(store.Node{Name: store.UnaffineNode}, v4Pool, v4Pool.BlockAt(2))
 		h := storeReq(store.UnaffineNode, "imported", "v4").Handle
 		n, ip, err := nodealloc.Take(n, v4Pool, h)

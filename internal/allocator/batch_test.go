@@ -23,7 +23,7 @@ func TestAllocateTogether(t *testing.T) {
 	p6 := ipam.Pool{Name: "t6", CIDR: netip.MustParsePrefix("fd00:7::/118"), BlockSize: 122}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		c := &counted{Store: s}
-		a := newStoreAllocator(t, c, p4, p6)
+		a := newAllocator(t, c, p4, p6)
 		// The node's first blocks and its object.
 		if _, err := a.Allocate(t.Context(), storeReq("node-a", "first", "t4", "t6")); err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func TestAllocateTogether(t *testing.T) {
 		if h, ok := got[ipam.HandleID("net", "w0-3", "eth0")]; ok && h.IPs[0].Addr != netip.MustParseAddr("10.7.3.200") {
 			t.Errorf("requested 10.7.3.200, got %v", h.IPs)
 		}
-		all, err := allocator.NewStoreAllocator(s, nil).Handles(t.Context())
+		all, err := allocator.New(s, nil).Handles(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,9 +31,9 @@ var (
 	v6Pool = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd00:9::/120"), BlockSize: 124}
 )
 
-func newStoreAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocator.StoreAllocator {
+func newAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocator.Allocator {
 	t.Helper()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	for _, p := range pools {
 		if _, err := a.EnsurePool(t.Context(), p); err != nil {
 			t.Fatal(err)
