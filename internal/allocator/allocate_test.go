@@ -30,7 +30,7 @@ func TestAllocateClaimsAndOneWrite(t *testing.T) {
 				a := newAllocator(t, cs, c.pool)
 				var got []string
 				for i := range 2 {
-					h, err := a.Allocate(t.Context(), storeReq("node-a", fmt.Sprint("a", i), c.pool.Name))
+					h, err := a.Allocate(t.Context(), podRequest("node-a", fmt.Sprint("a", i), c.pool.Name))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -42,13 +42,13 @@ func TestAllocateClaimsAndOneWrite(t *testing.T) {
 				// Warm: the node's block has room, so an ADD is one write
 				// and no read.
 				r0, w0 := cs.reads.Load(), cs.writes.Load()
-				if _, err := a.Allocate(t.Context(), storeReq("node-a", "a2", c.pool.Name)); err != nil {
+				if _, err := a.Allocate(t.Context(), podRequest("node-a", "a2", c.pool.Name)); err != nil {
 					t.Fatal(err)
 				}
 				if r, w := cs.reads.Load()-r0, cs.writes.Load()-w0; r != 0 || w != 1 {
 					t.Fatalf("a warm ADD made %d reads and %d writes, want 1 write and no read", r, w)
 				}
-				hb, err := a.Allocate(t.Context(), storeReq("node-b", "b0", c.pool.Name))
+				hb, err := a.Allocate(t.Context(), podRequest("node-b", "b0", c.pool.Name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,11 +71,11 @@ func TestAllocateDualStack(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
 		a := newAllocator(t, cs, v4Pool, v6Pool)
-		if _, err := a.Allocate(t.Context(), storeReq("node-a", "c0", "v4", "v6")); err != nil {
+		if _, err := a.Allocate(t.Context(), podRequest("node-a", "c0", "v4", "v6")); err != nil {
 			t.Fatal(err)
 		}
 		r0, w0 := cs.reads.Load(), cs.writes.Load()
-		h, err := a.Allocate(t.Context(), storeReq("node-a", "c1", "v4", "v6"))
+		h, err := a.Allocate(t.Context(), podRequest("node-a", "c1", "v4", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestAllocateDualStack(t *testing.T) {
 		}
 		// Idempotent, from this allocator and from a fresh one.
 		for _, al := range []*allocator.Allocator{a, allocator.New(s, nil)} {
-			again, err := al.Allocate(t.Context(), storeReq("node-a", "c1", "v4", "v6"))
+			again, err := al.Allocate(t.Context(), podRequest("node-a", "c1", "v4", "v6"))
 			if err != nil || !slices.Equal(again.IPs, h.IPs) {
 				t.Fatalf("repeated ADD = %+v, %v; want %+v", again.IPs, err, h.IPs)
 			}
@@ -118,11 +118,11 @@ func TestBorrowAndStrict(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				a := newAllocator(t, s, p)
 				for _, node := range []string{"node-a", "node-b"} {
-					if _, err := a.Allocate(t.Context(), storeReq(node, node+"-0", p.Name)); err != nil {
+					if _, err := a.Allocate(t.Context(), podRequest(node, node+"-0", p.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				h, err := a.Allocate(t.Context(), storeReq("node-c", "c0", p.Name))
+				h, err := a.Allocate(t.Context(), podRequest("node-c", "c0", p.Name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -133,7 +133,7 @@ func TestBorrowAndStrict(t *testing.T) {
 				if err != nil || !ok || !slices.Equal(got.IPs, h.IPs) {
 					t.Fatalf("Handle = %+v, %v, %v; want %+v", got, ok, err, h)
 				}
-				if again, err := allocator.New(s, nil).Allocate(t.Context(), storeReq("node-c", "c0", p.Name)); err != nil || !slices.Equal(again.IPs, h.IPs) {
+				if again, err := allocator.New(s, nil).Allocate(t.Context(), podRequest("node-c", "c0", p.Name)); err != nil || !slices.Equal(again.IPs, h.IPs) {
 					t.Fatalf("repeated borrowed ADD = %+v, %v", again, err)
 				}
 				if freed, err := a.Release(t.Context(), "node-c", h.ID); err != nil || len(freed) != 1 || freed[0] != h.IPs[0].Addr {
@@ -150,11 +150,11 @@ func TestBorrowAndStrict(t *testing.T) {
 				strict.StrictAffinity = true
 				sa := newAllocator(t, s, strict)
 				for _, node := range []string{"node-a", "node-b"} {
-					if _, err := sa.Allocate(t.Context(), storeReq(node, node+"-s", strict.Name)); err != nil {
+					if _, err := sa.Allocate(t.Context(), podRequest(node, node+"-s", strict.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if _, err := sa.Allocate(t.Context(), storeReq("node-c", "cs", strict.Name)); !errors.Is(err, allocator.ErrExhausted) {
+				if _, err := sa.Allocate(t.Context(), podRequest("node-c", "cs", strict.Name)); !errors.Is(err, allocator.ErrExhausted) {
 					t.Fatalf("strict pool with every block claimed: %v, want ErrExhausted", err)
 				}
 			})
@@ -166,7 +166,7 @@ func TestAllocateWanted(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		a := newAllocator(t, s, v4Pool, v6Pool)
 		ctx := t.Context()
-		if _, err := a.Allocate(ctx, storeReq("node-a", "a0", "v4")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-a", "a0", "v4")); err != nil {
 			t.Fatal(err)
 		}
 		cases := []struct {
@@ -185,7 +185,7 @@ func TestAllocateWanted(t *testing.T) {
 			if netip.MustParseAddr(c.want).Is6() {
 				pool = "v6"
 			}
-			req := storeReq(c.node, fmt.Sprint("w", i), pool)
+			req := podRequest(c.node, fmt.Sprint("w", i), pool)
 			req.Want = []netip.Addr{netip.MustParseAddr(c.want)}
 			h, err := a.Allocate(ctx, req)
 			if c.err != nil {
@@ -212,16 +212,16 @@ func TestAllocateNoPool(t *testing.T) {
 		off := v6Pool
 		off.Name, off.Disabled = "off", true
 		a := newAllocator(t, s, sel, off)
-		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "selective")); !errors.Is(err, allocator.ErrNoPool) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-b", "x", "selective")); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("pool selecting other nodes: %v, want ErrNoPool", err)
 		}
-		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "off")); !errors.Is(err, allocator.ErrNoPool) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-b", "x", "off")); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("disabled pool: %v, want ErrNoPool", err)
 		}
-		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "missing")); !errors.Is(err, allocator.ErrPoolNotFound) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-b", "x", "missing")); !errors.Is(err, allocator.ErrPoolNotFound) {
 			t.Fatalf("missing pool: %v, want ErrPoolNotFound", err)
 		}
-		req := storeReq("node-a", "x", "selective")
+		req := podRequest("node-a", "x", "selective")
 		req.Labels = map[string]string{"zone": "a"}
 		if _, err := a.Allocate(t.Context(), req); err != nil {
 			t.Fatalf("selected node: %v", err)
@@ -241,7 +241,7 @@ func TestAllocateExhausted(t *testing.T) {
 		var err error
 		n := 0
 		for ; n < 64; n++ {
-			if _, err = a.Allocate(t.Context(), storeReq(fmt.Sprint("node-", n%3), fmt.Sprint("c", n), "tiny")); err != nil {
+			if _, err = a.Allocate(t.Context(), podRequest(fmt.Sprint("node-", n%3), fmt.Sprint("c", n), "tiny")); err != nil {
 				break
 			}
 		}
@@ -262,7 +262,7 @@ func TestFailedAddLeavesNothing(t *testing.T) {
 		cs := &counted{Store: s}
 		a := newAllocator(t, cs, small)
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(t.Context(), podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -273,7 +273,7 @@ func TestFailedAddLeavesNothing(t *testing.T) {
 			}
 			return nil
 		}
-		if _, err := a.Allocate(t.Context(), storeReq("node-c", "c0", "small")); !errors.Is(err, errInjected) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-c", "c0", "small")); !errors.Is(err, errInjected) {
 			t.Fatalf("ADD with the lender's write failing = %v", err)
 		}
 		cs.failWrite = nil
@@ -295,7 +295,7 @@ func TestEnsurePoolConflict(t *testing.T) {
 		if _, err := a.EnsurePool(t.Context(), other); !errors.Is(err, allocator.ErrPoolConflict) {
 			t.Fatalf("EnsurePool with another definition: %v", err)
 		}
-		req := storeReq("node-a", "c", "v4")
+		req := podRequest("node-a", "c", "v4")
 		req.Define = []ipam.Pool{other}
 		if _, err := a.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrPoolConflict) {
 			t.Fatalf("ADD defining a conflicting pool: %v", err)
@@ -315,11 +315,11 @@ func TestReleaseReportsEveryAttempt(t *testing.T) {
 		cs := &counted{Store: s}
 		a := newAllocator(t, cs, small, v6Pool)
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(t.Context(), podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		h, err := a.Allocate(t.Context(), storeReq("node-c", "c", "small", "v6"))
+		h, err := a.Allocate(t.Context(), podRequest("node-c", "c", "small", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestReleaseUnaffine(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		a := newAllocator(t, s, v4Pool)
 		n := nodealloc.AddBlock(store.Node{Name: store.UnaffineNode}, v4Pool, v4Pool.BlockAt(2))
-		h := storeReq(store.UnaffineNode, "imported", "v4").Handle
+		h := podRequest(store.UnaffineNode, "imported", "v4").Handle
 		n, ip, err := nodealloc.Take(n, v4Pool, h)
 		if err != nil {
 			t.Fatal(err)

@@ -53,7 +53,7 @@ func TestStaleClaimListNeverAdopted(t *testing.T) {
 		}
 		claim(3, "node-b")
 		a := newAllocator(t, &staleClaims{Store: s, stale: stale}, v4Pool)
-		h, err := a.Allocate(ctx, storeReq("node-a", "c1", v4Pool.Name))
+		h, err := a.Allocate(ctx, podRequest("node-a", "c1", v4Pool.Name))
 		if err != nil {
 			t.Fatal(err)
 		}

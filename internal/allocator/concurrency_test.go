@@ -40,7 +40,7 @@ func TestConcurrent(t *testing.T) {
 				wg.Go(func() {
 					node := fmt.Sprint("node-", n)
 					for i := range each {
-						h, err := a.Allocate(t.Context(), storeReq(node, fmt.Sprintf("p%d-n%d-%d", p, n, i), "c4", "c6"))
+						h, err := a.Allocate(t.Context(), podRequest(node, fmt.Sprintf("p%d-n%d-%d", p, n, i), "c4", "c6"))
 						if errors.Is(err, allocator.ErrExhausted) {
 							continue
 						}
@@ -117,7 +117,7 @@ func TestDeletePoolRacesAllocate(t *testing.T) {
 			var allocErr, delErr error
 			var h ipam.Handle
 			wg.Go(func() {
-				h, allocErr = allocator.New(s, nil).Allocate(t.Context(), storeReq(fmt.Sprint("node-", round%2), fmt.Sprint("r", round), pool.Name))
+				h, allocErr = allocator.New(s, nil).Allocate(t.Context(), podRequest(fmt.Sprint("node-", round%2), fmt.Sprint("r", round), pool.Name))
 			})
 			wg.Go(func() { delErr = a.DeletePool(t.Context(), pool.Name) })
 			wg.Wait()

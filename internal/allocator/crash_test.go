@@ -84,12 +84,12 @@ func TestCrashPoints(t *testing.T) {
 		setup func(t *testing.T, a prefixed) // on node-a and node-b
 		req   allocator.Request              // node-c's ADD
 	}{
-		{"own block", func(t *testing.T, a prefixed) { mustAdd(t, a, storeReq("node-c", "first", "v6")) }, storeReq("node-c", "x", "v6")},
-		{"new claim, dual-stack", nil, storeReq("node-c", "x", "v4", "v6")},
-		{"borrowed", fillSmall, storeReq("node-c", "x", "small")},
-		{"dual-stack, IPv4 borrowed", fillSmall, storeReq("node-c", "x", "small", "v6")},
-		{"requested in another node's block", func(t *testing.T, a prefixed) { mustAdd(t, a, storeReq("node-a", "a", "v4")) },
-			withWant(storeReq("node-c", "x", "v4"), "10.9.0.9")},
+		{"own block", func(t *testing.T, a prefixed) { mustAdd(t, a, podRequest("node-c", "first", "v6")) }, podRequest("node-c", "x", "v6")},
+		{"new claim, dual-stack", nil, podRequest("node-c", "x", "v4", "v6")},
+		{"borrowed", fillSmall, podRequest("node-c", "x", "small")},
+		{"dual-stack, IPv4 borrowed", fillSmall, podRequest("node-c", "x", "small", "v6")},
+		{"requested in another node's block", func(t *testing.T, a prefixed) { mustAdd(t, a, podRequest("node-a", "a", "v4")) },
+			withWant(podRequest("node-c", "x", "v4"), "10.9.0.9")},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -208,7 +208,7 @@ func mustAdd(t *testing.T, a prefixed, r allocator.Request) {
 func fillSmall(t *testing.T, a prefixed) {
 	t.Helper()
 	for _, node := range []string{"node-a", "node-b"} {
-		mustAdd(t, a, storeReq(node, node, "small"))
+		mustAdd(t, a, podRequest(node, node, "small"))
 	}
 }
 

@@ -42,7 +42,9 @@ func newAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocator.Al
 	return a
 }
 
-func storeReq(node, container string, pools ...string) allocator.Request {
+// podRequest is the request of pod-<container>'s eth0 on node, one
+// pool set per name in pools.
+func podRequest(node, container string, pools ...string) allocator.Request {
 	r := allocator.Request{Handle: ipam.Handle{
 		ID: ipam.HandleID("net", container, "eth0"), Network: "net", ContainerID: container, IfName: "eth0",
 		Node: node, Namespace: "default", Pod: "pod-" + container, PodUID: "uid-" + container,

@@ -54,7 +54,7 @@ func TestConcurrentAllocationsReadAPoolOnce(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				first := newAllocator(t, s, v4Pool, v6Pool)
 				for i := range nodes {
-					if _, err := first.Allocate(t.Context(), storeReq(fmt.Sprint("node-", i), fmt.Sprint("warm", i), c.pool)); err != nil {
+					if _, err := first.Allocate(t.Context(), podRequest(fmt.Sprint("node-", i), fmt.Sprint("warm", i), c.pool)); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -64,7 +64,7 @@ func TestConcurrentAllocationsReadAPoolOnce(t *testing.T) {
 				errs := make(chan error, nodes)
 				for i := range nodes {
 					wg.Go(func() {
-						_, err := a.Allocate(t.Context(), storeReq(fmt.Sprint("node-", i), fmt.Sprint("c", i), c.pool))
+						_, err := a.Allocate(t.Context(), podRequest(fmt.Sprint("node-", i), fmt.Sprint("c", i), c.pool))
 						errs <- err
 					})
 				}
@@ -106,7 +106,7 @@ func TestDefinedPoolReadsOnFirstADD(t *testing.T) {
 				a := allocator.New(pg, nil)
 				add := func(id string) {
 					t.Helper()
-					req := storeReq("node-a", id, p.Name)
+					req := podRequest("node-a", id, p.Name)
 					req.Define = []ipam.Pool{p}
 					if _, err := a.Allocate(t.Context(), req); err != nil {
 						t.Fatal(err)
@@ -152,7 +152,7 @@ func TestSharedPoolReadCancelled(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				first := newAllocator(t, s, p)
 				for _, n := range []string{"node-a", "node-b"} {
-					if _, err := first.Allocate(t.Context(), storeReq(n, "warm-"+n, p.Name)); err != nil {
+					if _, err := first.Allocate(t.Context(), podRequest(n, "warm-"+n, p.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -161,13 +161,13 @@ func TestSharedPoolReadCancelled(t *testing.T) {
 				ctx, cancel := context.WithCancel(t.Context())
 				starter := make(chan error, 1)
 				go func() {
-					_, err := a.Allocate(ctx, storeReq("node-a", "c1", p.Name))
+					_, err := a.Allocate(ctx, podRequest("node-a", "c1", p.Name))
 					starter <- err
 				}()
 				<-st.started
 				waiter := make(chan error, 1)
 				go func() {
-					_, err := a.Allocate(t.Context(), storeReq("node-b", "c2", p.Name))
+					_, err := a.Allocate(t.Context(), podRequest("node-b", "c2", p.Name))
 					waiter <- err
 				}()
 				time.Sleep(50 * time.Millisecond) // the waiter joins the stalled read

@@ -15,11 +15,11 @@ func TestReleaseAddrAndQueries(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		a := newAllocator(t, s, v4Pool, v6Pool)
 		ctx := t.Context()
-		h, err := a.Allocate(ctx, storeReq("node-a", "dual", "v4", "v6"))
+		h, err := a.Allocate(ctx, podRequest("node-a", "dual", "v4", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := a.Allocate(ctx, storeReq("node-b", "other", "v4"))
+		other, err := a.Allocate(ctx, podRequest("node-b", "other", "v4"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestHasFreeFullPool(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		a := newAllocator(t, s, tiny)
 		for _, c := range []string{"a", "b", "c"} {
-			if _, err := a.Allocate(t.Context(), storeReq("node-a", c, "tiny")); err != nil {
+			if _, err := a.Allocate(t.Context(), podRequest("node-a", c, "tiny")); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -27,13 +27,13 @@ func TestReleaseAddrHeldByBorrowed(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				ctx := t.Context()
 				a := newAllocator(t, s, fam.pool)
-				if _, err := a.Allocate(ctx, storeReq("node-a", "a", fam.pool.Name)); err != nil {
+				if _, err := a.Allocate(ctx, podRequest("node-a", "a", fam.pool.Name)); err != nil {
 					t.Fatal(err)
 				}
 				// node-b borrows twice from node-a's block, the pool's only one.
 				var got []ipam.Handle
 				for _, c := range []string{"b1", "b2"} {
-					req := storeReq("node-b", c, fam.pool.Name, fam.pool.Name)
+					req := podRequest("node-b", c, fam.pool.Name, fam.pool.Name)
 					h, err := a.Allocate(ctx, req)
 					if err != nil {
 						t.Fatal(err)

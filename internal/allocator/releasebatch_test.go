@@ -43,7 +43,7 @@ func TestReleaseObservedAll(t *testing.T) {
 		ctx := t.Context()
 		alloc := func(al *allocator.Allocator, node, id string, pools ...string) ipam.Handle {
 			t.Helper()
-			h, err := al.Allocate(ctx, storeReq(node, id, pools...))
+			h, err := al.Allocate(ctx, podRequest(node, id, pools...))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,12 +21,12 @@ func TestObserve(t *testing.T) {
 		ctx := t.Context()
 		a := newAllocator(t, s, small, v6Pool)
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(ctx, storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(ctx, podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// node-c: IPv6 in its own block, IPv4 borrowed (small has two blocks).
-		if _, err := a.Allocate(ctx, storeReq("node-c", "c", "small", "v6")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-c", "c", "small", "v6")); err != nil {
 			t.Fatal(err)
 		}
 		orphans := map[string]store.BlockRef{
