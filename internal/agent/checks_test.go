@@ -307,7 +307,7 @@ func TestAgentCNIChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hs, err := allocator.NewStoreAllocator(st, nil).NodeHandles(ctxT(t), f.nodeB)
+		hs, err := allocator.New(st, nil).NodeHandles(ctxT(t), f.nodeB)
 		if err != nil || len(hs) != 1 || hs[0].ContainerID != "b1" {
 			t.Errorf("node B's handles: %+v, %v; want b1's", hs, err)
 		}

@@ -47,7 +47,7 @@ func (a *Agent) EnableCNI(rc *rest.Config) {
 	// The node's pod starts through it, one write each: as fast as the
 	// kubelet's own client may go (its --kube-api-qps and burst defaults).
 	cni.QPS, cni.Burst = cniQPS, cniBurst
-	k := &kubeAllocators{rc: cni, log: a.log, byPrefix: map[string]*allocator.StoreAllocator{}}
+	k := &kubeAllocators{rc: cni, log: a.log, byPrefix: map[string]*allocator.Allocator{}}
 	a.cni = &plugin.Plugin{Log: a.log.With("component", "cni"), KubeAllocator: k.get, InContainer: true, Pods: a}
 }
 
@@ -57,12 +57,12 @@ type kubeAllocators struct {
 	rc       *rest.Config
 	log      *slog.Logger
 	mu       sync.Mutex
-	byPrefix map[string]*allocator.StoreAllocator
+	byPrefix map[string]*allocator.Allocator
 }
 
 // get returns the partition's allocator; the config's kubeconfig path is
 // the host's and is not read here.
-func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator.StoreAllocator, error) {
+func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator.Allocator, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if a, ok := k.byPrefix[ds.Prefix]; ok {
@@ -72,7 +72,7 @@ func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator
 	if err != nil {
 		return nil, err
 	}
-	a := allocator.NewStoreAllocator(st, k.log)
+	a := allocator.New(st, k.log)
 	k.byPrefix[ds.Prefix] = a
 	return a, nil
 }

@@ -128,7 +128,7 @@ func ownBlocks(n store.Node, id string) []store.BlockRef {
 
 // unverified returns the refs that neither confirmed nor what is known of
 // own's claims at own's version covers.
-func (a *StoreAllocator) unverified(own store.Node, refs []store.BlockRef, confirmed map[store.BlockRef]bool) []store.BlockRef {
+func (a *Allocator) unverified(own store.Node, refs []store.BlockRef, confirmed map[store.BlockRef]bool) []store.BlockRef {
 	known := a.claims.knownAt(own.Name, own.Version)
 	var out []store.BlockRef
 	for _, ref := range refs {
@@ -146,7 +146,7 @@ func (a *StoreAllocator) unverified(own store.Node, refs []store.BlockRef, confi
 // node's claims, read after own was: while own stays at its version no
 // claim of its blocks can have been deleted (the deletion writes the
 // object first), so the list holds for the write's compare-and-swap.
-func (a *StoreAllocator) verifyOwn(ctx context.Context, own store.Node, refs []store.BlockRef, confirmed map[store.BlockRef]bool) error {
+func (a *Allocator) verifyOwn(ctx context.Context, own store.Node, refs []store.BlockRef, confirmed map[store.BlockRef]bool) error {
 	a.claims.learn(own.Name, own.Version, confirmed)
 	need := a.unverified(own, refs, confirmed)
 	if len(need) == 0 {
@@ -176,7 +176,7 @@ func (a *StoreAllocator) verifyOwn(ctx context.Context, own store.Node, refs []s
 
 // verifyLent checks that lender claims block ref, from which an address
 // of lender's object is about to be handed out (borrowed).
-func (a *StoreAllocator) verifyLent(ctx context.Context, lender string, ref store.BlockRef) error {
+func (a *Allocator) verifyLent(ctx context.Context, lender string, ref store.BlockRef) error {
 	c, err := a.store.GetClaim(ctx, ref)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -191,7 +191,7 @@ func (a *StoreAllocator) verifyLent(ctx context.Context, lender string, ref stor
 
 // notClaimed is the error for block ref of node's object, which node does
 // not claim; it reads the claim to name its node.
-func (a *StoreAllocator) notClaimed(ctx context.Context, node string, ref store.BlockRef) error {
+func (a *Allocator) notClaimed(ctx context.Context, node string, ref store.BlockRef) error {
 	c, err := a.store.GetClaim(ctx, ref)
 	if err != nil {
 		return notClaimedErr(node, ref, "")
@@ -211,7 +211,7 @@ func notClaimedErr(node string, ref store.BlockRef, claimant string) error {
 // verifyHandle checks an existing handle before an allocation returns it
 // as is: its addresses in own's blocks against own's claims, each lent
 // part against its lender's claim.
-func (a *StoreAllocator) verifyHandle(ctx context.Context, own store.Node, parts []ObservedPart) error {
+func (a *Allocator) verifyHandle(ctx context.Context, own store.Node, parts []ObservedPart) error {
 	for _, p := range parts {
 		if p.Object == own.Name {
 			if err := a.verifyOwn(ctx, own, ownBlocks(own, p.Record.ID), nil); err != nil {
@@ -230,12 +230,12 @@ func (a *StoreAllocator) verifyHandle(ctx context.Context, own store.Node, parts
 
 // knownClaimed reports whether every address of h in n's blocks is in a
 // block known claimed by n's node at n's version (no read).
-func (a *StoreAllocator) knownClaimed(n store.Node, h ipam.Handle) bool {
+func (a *Allocator) knownClaimed(n store.Node, h ipam.Handle) bool {
 	return len(a.unverified(n, ownBlocks(n, h.ID), nil)) == 0
 }
 
 // deleteClaim deletes claim c and forgets that its node claims the block.
-func (a *StoreAllocator) deleteClaim(ctx context.Context, c store.Claim) error {
+func (a *Allocator) deleteClaim(ctx context.Context, c store.Claim) error {
 	a.claims.drop(c.Node, c.BlockRef)
 	return a.store.DeleteClaim(ctx, c)
 }

@@ -18,10 +18,10 @@ import (
 // victimSetup: node-b claims the pool's first block and holds two
 // addresses in it; node-a claims the next block and holds one. It returns
 // node-b's block.
-func victimSetup(t *testing.T, a *allocator.StoreAllocator, p ipam.Pool) store.BlockRef {
+func victimSetup(t *testing.T, a *allocator.Allocator, p ipam.Pool) store.BlockRef {
 	t.Helper()
 	for _, c := range []struct{ node, container string }{{"node-b", "b0"}, {"node-b", "b1"}, {"node-a", "a0"}} {
-		if _, err := a.Allocate(t.Context(), storeReq(c.node, c.container, p.Name)); err != nil {
+		if _, err := a.Allocate(t.Context(), podRequest(c.node, c.container, p.Name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,10 +63,10 @@ func TestForgedBlockRefused(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				cs := &counted{Store: s}
-				warm := newStoreAllocator(t, cs, p)
+				warm := newAllocator(t, cs, p)
 				ref := victimSetup(t, warm, p)
 				r0 := cs.reads.Load()
-				if _, err := warm.Allocate(t.Context(), storeReq("node-a", "a1", p.Name)); err != nil {
+				if _, err := warm.Allocate(t.Context(), podRequest("node-a", "a1", p.Name)); err != nil {
 					t.Fatal(err)
 				}
 				if r := cs.reads.Load() - r0; r != 0 {
@@ -77,8 +77,8 @@ func TestForgedBlockRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 				forged, stolen := allocatortest.Steal(t, s, "node-a", "node-b", ref)
-				for name, al := range map[string]*allocator.StoreAllocator{"fresh": allocator.NewStoreAllocator(s, nil), "warm": warm} {
-					h, err := al.Allocate(t.Context(), storeReq("node-a", "a2-"+name, p.Name))
+				for name, al := range map[string]*allocator.Allocator{"fresh": allocator.New(s, nil), "warm": warm} {
+					h, err := al.Allocate(t.Context(), podRequest("node-a", "a2-"+name, p.Name))
 					if err == nil {
 						t.Fatalf("%s allocator: ADD on node-a = %v (node-b's %s is the stolen address)", name, h.IPs, stolen)
 					}
@@ -97,7 +97,7 @@ func TestForgedBlockRefused(t *testing.T) {
 func TestForgedRecordRefused(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		ref := victimSetup(t, a, v4Pool)
 		vb := allocatortest.VictimBlock(t, s, "node-b", ref)
 		own, err := s.GetNode(ctx, "node-a")
@@ -105,21 +105,21 @@ func TestForgedRecordRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		// a0's ADD repeated: its record now names node-b's address.
-		a0 := storeReq("node-a", "a0", v4Pool.Name)
+		a0 := podRequest("node-a", "a0", v4Pool.Name)
 		moved, _ := nodealloc.Release(own, a0.Handle.ID)
 		forged, _ := allocatortest.WithStolenRecord(t, moved, vb, v4Pool, a0.Handle)
 		allocatortest.Write(t, s, forged)
-		_, err = allocator.NewStoreAllocator(s, nil).Allocate(ctx, a0)
+		_, err = allocator.New(s, nil).Allocate(ctx, a0)
 		wantRefused(t, "repeated ADD", err, ref, "node-b")
 
 		// An earlier sandbox of pod P whose record is in node-b's block.
-		old := storeReq("node-a", "old", v4Pool.Name)
+		old := podRequest("node-a", "old", v4Pool.Name)
 		old.Handle.NetNS = "/var/run/netns/old"
 		forged, _ = allocatortest.WithStolenRecord(t, own, vb, v4Pool, old.Handle)
 		forged = allocatortest.Write(t, s, forged)
-		next := storeReq("node-a", "new", v4Pool.Name)
+		next := podRequest("node-a", "new", v4Pool.Name)
 		next.Handle.PodUID, next.Handle.Pod, next.Handle.NetNS = old.Handle.PodUID, old.Handle.Pod, "/var/run/netns/new"
-		al := allocator.NewStoreAllocator(s, nil)
+		al := allocator.New(s, nil)
 		cands, err := al.TakeoverCandidates(ctx, next.Handle)
 		if err != nil || len(cands) != 1 {
 			t.Fatalf("takeover candidates: %+v, %v; want the forged record", cands, err)
@@ -137,7 +137,7 @@ func TestForgedLenderRefused(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		a := newStoreAllocator(t, s, small)
+		a := newAllocator(t, s, small)
 		ref := victimSetup(t, a, small)
 		// node-b's block full, so that a borrower goes on to node-a.
 		for i := 0; ; i++ {
@@ -145,7 +145,7 @@ func TestForgedLenderRefused(t *testing.T) {
 			if !slices.ContainsFunc(vb.Free, func(o int) bool { return small.Permits(vb.Addr(o)) }) {
 				break
 			}
-			if _, err := a.Allocate(ctx, storeReq("node-b", "fill"+string(rune('a'+i)), small.Name)); err != nil {
+			if _, err := a.Allocate(ctx, podRequest("node-b", "fill"+string(rune('a'+i)), small.Name)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -159,7 +159,7 @@ func TestForgedLenderRefused(t *testing.T) {
 		}
 		forged, stolen := allocatortest.WithStolenBlock(own, allocatortest.VictimBlock(t, s, "node-b", ref))
 		forged = allocatortest.Write(t, s, forged)
-		h, err := allocator.NewStoreAllocator(s, nil).Allocate(ctx, storeReq("node-c", "c0", small.Name))
+		h, err := allocator.New(s, nil).Allocate(ctx, podRequest("node-c", "c0", small.Name))
 		if err == nil {
 			t.Fatalf("node-c borrowed %v (node-b's %s is the stolen address)", h.IPs, stolen)
 		}
@@ -181,8 +181,8 @@ func TestForgedLenderRefused(t *testing.T) {
 func TestClaimsRememberedPerVersion(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		warm := newStoreAllocator(t, s, v4Pool)
-		if _, err := warm.Allocate(ctx, storeReq("node-a", "a0", v4Pool.Name)); err != nil {
+		warm := newAllocator(t, s, v4Pool)
+		if _, err := warm.Allocate(ctx, podRequest("node-a", "a0", v4Pool.Name)); err != nil {
 			t.Fatal(err)
 		}
 		claims, err := s.ListClaims(ctx, store.ClaimSelector{Node: "node-a"})
@@ -200,7 +200,7 @@ func TestClaimsRememberedPerVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		forged := allocatortest.Write(t, s, own) // same blocks, another version
-		_, err = warm.Allocate(ctx, storeReq("node-a", "a1", v4Pool.Name))
+		_, err = warm.Allocate(ctx, podRequest("node-a", "a1", v4Pool.Name))
 		wantRefused(t, "ADD after the claim changed hands", err, claims[0].BlockRef, "node-b")
 		unchanged(t, s, forged)
 	})

@@ -17,7 +17,7 @@ import (
 func TestRefusalRereadsPools(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		stored, err := s.GetPool(ctx, v4Pool.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -30,7 +30,7 @@ func TestRefusalRereadsPools(t *testing.T) {
 			stale(&old)
 			a.Remember(store.Node{}, []store.Pool{old})
 			id := []string{"c-deleting", "c-disabled"}[i]
-			if _, err := a.Allocate(ctx, storeReq("node-a", id, v4Pool.Name)); err != nil {
+			if _, err := a.Allocate(ctx, podRequest("node-a", id, v4Pool.Name)); err != nil {
 				t.Fatalf("allocation with a stale copy of the pool (%+v): %v; want the pool as stored used", old.Spec, err)
 			}
 		}
@@ -40,7 +40,7 @@ func TestRefusalRereadsPools(t *testing.T) {
 		}
 		// A new allocator: this one's cache serves the pool as read above
 		// for PoolCacheTTL.
-		if _, err := newStoreAllocator(t, s).Allocate(ctx, storeReq("node-a", "c-refused", v4Pool.Name)); !errors.Is(err, allocator.ErrNoPool) {
+		if _, err := newAllocator(t, s).Allocate(ctx, podRequest("node-a", "c-refused", v4Pool.Name)); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("allocation from a pool stored as disabled: %v, want ErrNoPool", err)
 		}
 	})

@@ -91,7 +91,7 @@ func usablePools(set []string, pools map[string]ipam.Pool, nodeLabels map[string
 // a copy that may predate the pool's re-enabling or the cancelling of its
 // removal (the cache's, or a hint file's that each process of the node
 // would take again). It costs a refused allocation a read per pool.
-func (a *StoreAllocator) confirmUnusable(ctx context.Context, set []string, pools map[string]ipam.Pool, nodeLabels map[string]string) ([]ipam.Pool, error) {
+func (a *Allocator) confirmUnusable(ctx context.Context, set []string, pools map[string]ipam.Pool, nodeLabels map[string]string) ([]ipam.Pool, error) {
 	for _, n := range set {
 		p, err := a.poolMaybeStale(ctx, n)
 		if err != nil {

@@ -19,7 +19,7 @@ import (
 // after its grace period; a takeover lets the new sandbox start at once.
 //
 // The allocator decides what is an earlier sandbox of the same pod and
-// interface (StoreAllocator.TakeoverCandidates, and again TakeOver, from
+// interface (Allocator.TakeoverCandidates, and again TakeOver, from
 // what it reads);
 // whether the old sandbox's network namespace is gone is for the caller
 // to prove (the plugin does, on the node), since the datastore cannot.

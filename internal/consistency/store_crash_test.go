@@ -29,7 +29,7 @@ func fillIPv4(t *testing.T, s store.Store) {
 type crashScenario struct {
 	name  string
 	setup func(t *testing.T, s store.Store)
-	op    func(ctx context.Context, a *allocator.StoreAllocator) error
+	op    func(ctx context.Context, a *allocator.Allocator) error
 	// writes is how many writes the operation makes when it completes.
 	writes int
 	// left are the problems a crash after k writes leaves (none when k
@@ -43,7 +43,7 @@ var crashScenarios = []crashScenario{
 	{
 		name:  "first dual-stack ADD on a node",
 		setup: func(*testing.T, store.Store) {},
-		op: func(ctx context.Context, a *allocator.StoreAllocator) error {
+		op: func(ctx context.Context, a *allocator.Allocator) error {
 			_, err := a.Allocate(ctx, dualReq(h1, tp4, tp6))
 			return err
 		},
@@ -53,7 +53,7 @@ var crashScenarios = []crashScenario{
 	{
 		name:  "dual-stack ADD borrowing its IPv4 address",
 		setup: fillIPv4,
-		op: func(ctx context.Context, a *allocator.StoreAllocator) error {
+		op: func(ctx context.Context, a *allocator.Allocator) error {
 			_, err := a.Allocate(ctx, dualReq(h1, tp4, tp6))
 			return err
 		},
@@ -68,7 +68,7 @@ var crashScenarios = []crashScenario{
 				t.Fatal(err)
 			}
 		},
-		op: func(ctx context.Context, a *allocator.StoreAllocator) error {
+		op: func(ctx context.Context, a *allocator.Allocator) error {
 			_, err := a.Release(ctx, "n1", h1.ID)
 			return err
 		},
@@ -77,7 +77,7 @@ var crashScenarios = []crashScenario{
 	},
 }
 
-// TestRepairStoreAfterCrashedAllocator stops StoreAllocator after each
+// TestRepairStoreAfterCrashedAllocator stops Allocator after each
 // number of writes of an ADD or DEL (every later write fails, as if the
 // process died): CheckStore finds exactly the remnant that crash point
 // leaves, RepairStore repairs it, a second check is clean, no other

@@ -282,8 +282,8 @@ func dualReq(h ipam.Handle, pools ...ipam.Pool) allocator.Request {
 	return r
 }
 
-func newAlloc(s store.Store) *allocator.StoreAllocator {
-	a := allocator.NewStoreAllocator(s, nil)
+func newAlloc(s store.Store) *allocator.Allocator {
+	a := allocator.New(s, nil)
 	a.BaseBackoff, a.MaxBackoff = 0, 0
 	return a
 }

@@ -109,7 +109,7 @@ func wantHeld(t *testing.T, s store.Store, h ipam.Handle) {
 }
 
 // TestRepairStoreConcurrentWithAllocations is the safety test: RepairStore
-// runs over and over while StoreAllocator instances (one per simulated
+// runs over and over while Allocator instances (one per simulated
 // plugin process) ADD and DEL dual-stack handles on three nodes sharing
 // pools of two blocks (so the third node borrows), some ADDs and DELs
 // stopping after a number of writes as if killed (the runtime then
@@ -268,7 +268,7 @@ func churn(t *testing.T, s store.Store, node string, w, rounds int) []ipam.Handl
 
 // wantGone checks that no record of h is left after its DEL, and that the
 // DEL reported freeing only addresses of h. (It may report fewer:
-// StoreAllocator.Release returns only what its last attempt freed.)
+// Allocator.Release returns only what its last attempt freed.)
 func wantGone(t *testing.T, s store.Store, h ipam.Handle, freed []netip.Addr) {
 	t.Helper()
 	for a, hs := range held(t, s) {

@@ -36,7 +36,7 @@ func TestMapLeaks(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			r := newRig(t, time.Hour)
 			ctx := context.Background()
-			r.alloc(func(a *allocator.StoreAllocator) {
+			r.alloc(func(a *allocator.Allocator) {
 				if _, err := a.EnsurePool(ctx, f.pool); err != nil {
 					t.Fatal(err)
 				}
@@ -363,7 +363,7 @@ func mapFixture(t *testing.T, s *kubetest.Server, pool ipam.Pool) (string, strin
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	a.Now = func() time.Time { return t0 }
 	if _, err := a.EnsurePool(ctx, pool); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@
 // through shared informers for Pods and Nodes.
 //
 // A reconcile pass reads the typed store (docs/STORAGE.md) in three lists
-// — every claim, every node object, every pool (allocator.ObserveStore) —
+// — every claim, every node object, every pool (allocator.Observe) —
 // then asks package leaks which handles are leaked given the informers'
 // caches (read after the store, so no handle is newer than the view). A
 // leaked handle is released when a pass finds it leaked at least the grace
@@ -295,11 +295,11 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		return time.Time{}, fmt.Errorf("open datastore: %w", err)
 	}
 	defer done()
-	a := allocator.NewStoreAllocator(st, c.log)
+	a := allocator.New(st, c.log)
 	c.paused() // a pause before this pass: no confirmation from before it counts
 
 	// The store first, then the view: no handle is newer than the view.
-	snap, err := a.ObserveStore(ctx)
+	snap, err := a.Observe(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the datastore: %w", err)
 	}
@@ -316,7 +316,7 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		k := leaks.Key(l.Handle)
 		keys[i], leakOf[k] = k, l
 	}
-	byKey := make(map[string]allocator.StoreObserved, len(found))
+	byKey := make(map[string]allocator.Observed, len(found))
 	for _, o := range snap.Handles {
 		if _, ok := leakOf[leaks.Key(o.Handle)]; ok {
 			byKey[leaks.Key(o.Handle)] = o
@@ -400,7 +400,7 @@ func (c *Controller) stale(ctx context.Context, now time.Time) string {
 
 // poolMetrics sets ipkeeper_pool_addresses from the pass's read of the
 // pools and blocks.
-func (c *Controller) poolMetrics(snap allocator.StoreSnapshot) {
+func (c *Controller) poolMetrics(snap allocator.Snapshot) {
 	pools := snap.Pools
 	byPool := map[string][]ipam.Block{}
 	for _, b := range snap.Blocks {

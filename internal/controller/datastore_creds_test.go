@@ -145,7 +145,7 @@ func plantLeak(t *testing.T, setup config.Datastore, ns, node string) ipam.Handl
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	if _, err := a.EnsurePool(ctx, credsPool); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func handlesIn(t *testing.T, setup config.Datastore) map[string]ipam.Handle {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	hs, err := allocator.NewStoreAllocator(st, nil).Handles(ctx)
+	hs, err := allocator.New(st, nil).Handles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestPassGuardedRelease(t *testing.T) {
 					}
 					return beforeAccess{Store: s, h: h}, nil
 				}
-				r.alloc(func(a *allocator.StoreAllocator) {
+				r.alloc(func(a *allocator.Allocator) {
 					if _, err := a.EnsurePool(ctx, f.tiny); err != nil {
 						t.Fatal(err)
 					}
@@ -99,7 +99,7 @@ func TestPassGuardedRelease(t *testing.T) {
 				h.arm(func(s store.Store) {
 					// The controller's own store: a local file admits
 					// one opener at a time.
-					a := allocator.NewStoreAllocator(s, nil)
+					a := allocator.New(s, nil)
 					a.Now = func() time.Time { return t0.Add(grace / 2) }
 					if _, hookErr = a.Release(ctx, node, ghost.ID); hookErr != nil {
 						return

@@ -160,10 +160,10 @@ func newRigOn(t *testing.T, grace time.Duration, backend string) *rig {
 
 // alloc runs f with an allocator over the test's store (a local store is
 // closed after, so the controller can open it).
-func (r *rig) alloc(f func(a *allocator.StoreAllocator)) {
+func (r *rig) alloc(f func(a *allocator.Allocator)) {
 	r.t.Helper()
 	if r.keep != nil {
-		f(allocator.NewStoreAllocator(r.keep, nil))
+		f(allocator.New(r.keep, nil))
 		return
 	}
 	st, err := datastore.OpenStore(context.Background(), r.setup, true)
@@ -171,7 +171,7 @@ func (r *rig) alloc(f func(a *allocator.StoreAllocator)) {
 		r.t.Fatal(err)
 	}
 	defer st.Close()
-	f(allocator.NewStoreAllocator(st, nil))
+	f(allocator.New(st, nil))
 }
 
 // attach allocates one address from pool for a container of pod (uid may
@@ -180,7 +180,7 @@ func (r *rig) alloc(f func(a *allocator.StoreAllocator)) {
 func (r *rig) attach(pool ipam.Pool, container, pod, uid, node string, created time.Time) ipam.Handle {
 	r.t.Helper()
 	var h ipam.Handle
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		a.Now = func() time.Time { return created }
 		ns := ""
 		if pod != "" {
@@ -203,7 +203,7 @@ func (r *rig) attach(pool ipam.Pool, container, pod, uid, node string, created t
 func (r *rig) handles() map[string]ipam.Handle {
 	r.t.Helper()
 	out := map[string]ipam.Handle{}
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		hs, err := a.Handles(context.Background())
 		if err != nil {
 			r.t.Fatal(err)
@@ -220,7 +220,7 @@ func (r *rig) handles() map[string]ipam.Handle {
 func (r *rig) storeState() map[string]store.Version {
 	r.t.Helper()
 	out := map[string]store.Version{}
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		ctx := context.Background()
 		ps, err := a.Store().ListPools(ctx)
 		if err != nil {

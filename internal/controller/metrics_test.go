@@ -22,7 +22,7 @@ func TestPassPoolMetrics(t *testing.T) {
 			t.Run(backend+"/"+f.name, func(t *testing.T) {
 				r := newRigOn(t, time.Hour, backend)
 				ctx := context.Background()
-				r.alloc(func(a *allocator.StoreAllocator) {
+				r.alloc(func(a *allocator.Allocator) {
 					for _, p := range []ipam.Pool{f.pool, f.tiny} {
 						if _, err := a.EnsurePool(ctx, p); err != nil {
 							t.Fatal(err)
@@ -49,7 +49,7 @@ func TestPassPoolMetrics(t *testing.T) {
 				want(f.tiny, 1)
 
 				// The tiny pool goes: its series go with it.
-				r.alloc(func(a *allocator.StoreAllocator) {
+				r.alloc(func(a *allocator.Allocator) {
 					if _, err := a.Release(ctx, nodeB, hs[4].ID); err != nil {
 						t.Fatal(err)
 					}

@@ -25,7 +25,7 @@ func TestNodeGoneRuleNeedsANode(t *testing.T) {
 	r := newRig(t, grace)
 	ctx := context.Background()
 	f := passFamilies[0]
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		for _, p := range []ipam.Pool{f.pool, f.tiny} {
 			if _, err := a.EnsurePool(ctx, p); err != nil {
 				t.Fatal(err)
@@ -38,7 +38,7 @@ func TestNodeGoneRuleNeedsANode(t *testing.T) {
 	r.attach(f.pool, "nopod", "", "", nodeA, t0)
 	// An empty block of node-a: allocated and released.
 	r.attach(f.tiny, "tmp", "", "", nodeA, t0)
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		if _, err := a.Release(ctx, nodeA, "net.tmp.eth0"); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestNodeGoneRuleNeedsANode(t *testing.T) {
 	if hs := r.handles(); len(hs) != 0 {
 		t.Fatalf("handles on the deleted node once a Node is listed again: %v, want none", hs)
 	}
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		cs, err := a.Store().ListClaims(ctx, store.ClaimSelector{Node: nodeA})
 		if err != nil || len(cs) != 0 {
 			t.Fatalf("claims of the deleted node once a Node is listed again: %+v, %v; want none", cs, err)

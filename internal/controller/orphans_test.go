@@ -29,7 +29,7 @@ func TestPassOrphanClaims(t *testing.T) {
 				const grace = time.Minute
 				r := newRigOn(t, grace, backend)
 				ctx := context.Background()
-				r.alloc(func(a *allocator.StoreAllocator) {
+				r.alloc(func(a *allocator.Allocator) {
 					if _, err := a.EnsurePool(ctx, f.pool); err != nil {
 						t.Fatal(err)
 					}
@@ -41,7 +41,7 @@ func TestPassOrphanClaims(t *testing.T) {
 				// for node A, another for node G.
 				orphanA := store.BlockRef{Pool: f.pool.Name, CIDR: f.pool.BlockAt(2)}
 				orphanG := store.BlockRef{Pool: f.pool.Name, CIDR: f.pool.BlockAt(3)}
-				r.alloc(func(a *allocator.StoreAllocator) {
+				r.alloc(func(a *allocator.Allocator) {
 					for ref, node := range map[store.BlockRef]string{orphanA: nodeA, orphanG: nodeG} {
 						if _, err := a.Store().CreateClaim(ctx, store.Claim{BlockRef: ref, Node: node}); err != nil {
 							t.Fatal(err)
@@ -67,7 +67,7 @@ func TestPassOrphanClaims(t *testing.T) {
 				if n := testutil.ToFloat64(r.m.claimsAdopted); n != 1 {
 					t.Errorf("ipkeeper_claims_adopted_total = %v, want 1", n)
 				}
-				r.alloc(func(a *allocator.StoreAllocator) {
+				r.alloc(func(a *allocator.Allocator) {
 					n, err := a.Store().GetNode(ctx, nodeA)
 					if err != nil {
 						t.Fatal(err)

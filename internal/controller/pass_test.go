@@ -50,7 +50,7 @@ func testPassRules(t *testing.T, backend string, f family) {
 	const grace = time.Minute
 	r := newRigOn(t, grace, backend)
 	ctx := context.Background()
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		for _, p := range []ipam.Pool{f.pool, f.tiny} {
 			if _, err := a.EnsurePool(ctx, p); err != nil {
 				t.Fatal(err)
@@ -66,7 +66,7 @@ func testPassRules(t *testing.T, backend string, f family) {
 	liveUID := r.pod("live", nodeA, corev1.PodRunning, live.IPs[0].Addr)
 	// The live handle recorded no UID above: give it one like the
 	// plugin does (ADD after the pod exists).
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		if _, err := a.Release(ctx, nodeA, live.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func testPassRules(t *testing.T, backend string, f family) {
 	// The ghost's handle is released (a late DEL) and its container
 	// is allocated again — the same ID and, the pool being tiny,
 	// the same address — for another pod that is gone too.
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		if _, err := a.Release(ctx, nodeA, ghost.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func testPassRules(t *testing.T, backend string, f family) {
 	}
 	// Node B's blocks are gone with their claims; node Z's
 	// block (not a Node, but not empty) stays.
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		nodes, err := a.AffineNodes(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +240,7 @@ func TestPassStaleView(t *testing.T) {
 	f := passFamilies[0]
 	const grace = time.Minute
 	r := newRig(t, grace)
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		if _, err := a.EnsurePool(context.Background(), f.pool); err != nil {
 			t.Fatal(err)
 		}

@@ -35,8 +35,8 @@ const releaseTimeout = 30 * time.Second
 // process was not paused (it may have lost its Lease without knowing
 // yet); when either fails no further release starts, and the caller sees
 // why.
-func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.StoreAllocator, confirmed []string,
-	byKey map[string]allocator.StoreObserved, leakOf map[string]leaks.Leak) {
+func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.Allocator, confirmed []string,
+	byKey map[string]allocator.Observed, leakOf map[string]leaks.Leak) {
 	groups := map[string][]string{}
 	var order []string
 	for _, k := range confirmed {
@@ -57,7 +57,7 @@ func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.StoreAll
 					stop.Store(true)
 					continue
 				}
-				obs := make([]allocator.StoreObserved, len(keys))
+				obs := make([]allocator.Observed, len(keys))
 				for i, k := range keys {
 					obs[i] = byKey[k]
 				}
@@ -77,7 +77,7 @@ func (c *Controller) releaseConfirmed(ctx context.Context, a *allocator.StoreAll
 }
 
 // report logs and counts the release of one confirmed leak.
-func (c *Controller) report(o allocator.StoreObserved, l leaks.Leak, r allocator.ReleaseOutcome) {
+func (c *Controller) report(o allocator.Observed, l leaks.Leak, r allocator.ReleaseOutcome) {
 	h := o.Handle
 	attrs := []any{"pod", podName(h), "uid", h.PodUID, "address", addrList(h), "node", l.Node,
 		"reason", string(l.Reason), "handle", h.ID, "detail", l.Detail}
@@ -97,7 +97,7 @@ func (c *Controller) report(o allocator.StoreObserved, l leaks.Leak, r allocator
 
 // freeNode frees the empty blocks of a node confirmed gone: out of its
 // object, then their claims.
-func (c *Controller) freeNode(ctx context.Context, a *allocator.StoreAllocator, node string) {
+func (c *Controller) freeNode(ctx context.Context, a *allocator.Allocator, node string) {
 	res, err := a.FreeNodeBlocks(ctx, node)
 	for _, b := range res.Freed {
 		c.m.blocksFreed.Inc()
@@ -138,7 +138,7 @@ func orphanKeys(orphans map[string][]store.BlockRef, gone []string) []string {
 
 // adoptOrphans takes into their nodes' objects the blocks of the orphan
 // claims confirmed (keys of orphanKeys), one AdoptClaims per node.
-func (c *Controller) adoptOrphans(ctx context.Context, a *allocator.StoreAllocator, confirmed []string) {
+func (c *Controller) adoptOrphans(ctx context.Context, a *allocator.Allocator, confirmed []string) {
 	var nodes []string
 	for _, k := range confirmed {
 		node, _, _ := strings.Cut(k, "\x00")

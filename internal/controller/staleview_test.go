@@ -26,7 +26,7 @@ func TestPassBeforeSync(t *testing.T) {
 	r := newRig(t, grace)
 	ctx := context.Background()
 	pool := passFamilies[0].pool
-	r.alloc(func(a *allocator.StoreAllocator) {
+	r.alloc(func(a *allocator.Allocator) {
 		if _, err := a.EnsurePool(ctx, pool); err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestPassReleasesNothingWhenListsFail(t *testing.T) {
 			grants := map[string]*rbacv1.ClusterRoleBinding{}
 			client := r.controllerWithGrants(grants)
 			pool := passFamilies[0].pool
-			r.alloc(func(a *allocator.StoreAllocator) {
+			r.alloc(func(a *allocator.Allocator) {
 				if _, err := a.EnsurePool(ctx, pool); err != nil {
 					t.Fatal(err)
 				}

@@ -41,7 +41,7 @@ func TestPassPaused(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			const grace = time.Minute
 			r := newRig(t, grace)
-			r.alloc(func(a *allocator.StoreAllocator) {
+			r.alloc(func(a *allocator.Allocator) {
 				if _, err := a.EnsurePool(context.Background(), f.pool); err != nil {
 					t.Fatal(err)
 				}

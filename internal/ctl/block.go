@@ -77,7 +77,7 @@ func (c *cli) blockCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				v, err := blocksIn(cmd.Context(), a, q, pool)
 				if err != nil {
 					return err
@@ -109,7 +109,7 @@ func parseQuery(s string) (netip.Prefix, error) {
 
 // blocksIn returns the claimed blocks overlapping q: the block holding q
 // when q is within one, else every claimed block inside q.
-func blocksIn(ctx context.Context, a *allocator.StoreAllocator, q netip.Prefix, only string) (blocksView, error) {
+func blocksIn(ctx context.Context, a *allocator.Allocator, q netip.Prefix, only string) (blocksView, error) {
 	v := blocksView{Query: q.String(), Blocks: []blockView{}}
 	pools, err := a.Pools(ctx)
 	if err != nil {

@@ -133,7 +133,7 @@ and all repaired, 1 the check could not run.`,
 				report consistency.Report
 				result consistency.RepairResult
 			)
-			err := c.withStore(ctx, func(a *allocator.StoreAllocator) error {
+			err := c.withStore(ctx, func(a *allocator.Allocator) error {
 				var err error
 				if repair {
 					result, err = consistency.RepairStore(ctx, a.Store())
@@ -237,7 +237,7 @@ killed after claiming leaves), as the node's next ADD would, so that
 'ipkeeperctl check' finds the node's state whole.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				ctx := cmd.Context()
 				node, err := c.nodeName()
 				if err != nil {

@@ -184,7 +184,7 @@ found (and left), 3 problems found and all repaired.`,
 }
 
 // withStore opens the datastore, runs f and closes the store again.
-func (c *cli) withStore(ctx context.Context, f func(a *allocator.StoreAllocator) error) error {
+func (c *cli) withStore(ctx context.Context, f func(a *allocator.Allocator) error) error {
 	ds, err := c.datastore()
 	if err != nil {
 		return err
@@ -193,7 +193,7 @@ func (c *cli) withStore(ctx context.Context, f func(a *allocator.StoreAllocator)
 	if err != nil {
 		return fmt.Errorf("open %s datastore: %w", ds.Type, err)
 	}
-	err = f(allocator.NewStoreAllocator(st, nil))
+	err = f(allocator.New(st, nil))
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

@@ -76,14 +76,14 @@ func (h *harness) fails(code int, mention []string, args ...string) string {
 
 // store opens the typed store directly, as the plugin would (the CLI
 // must not hold it then).
-func (h *harness) store(f func(a *allocator.StoreAllocator)) {
+func (h *harness) store(f func(a *allocator.Allocator)) {
 	h.t.Helper()
 	st, err := OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer st.Close()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	a.Now = func() time.Time { return epoch }
 	f(a)
 }
@@ -104,7 +104,7 @@ func (h *harness) netns(path string) string {
 func (h *harness) gone(path string) { delete(h.present, path) }
 
 // allocate allocates for a handle, one address per set.
-func (h *harness) allocate(a *allocator.StoreAllocator, hd ipam.Handle, sets ...[]string) ipam.Handle {
+func (h *harness) allocate(a *allocator.Allocator, hd ipam.Handle, sets ...[]string) ipam.Handle {
 	h.t.Helper()
 	got, err := a.Allocate(context.Background(), allocator.Request{Handle: hd, Sets: sets})
 	if err != nil {
@@ -120,7 +120,7 @@ func (h *harness) populate() (live, dead string) {
 	h.ok(strings.Fields("pool add p4 --cidr 10.9.0.0/24 --block-size 28 --gateway 10.9.0.1 --exclude 10.9.0.200/29")...)
 	h.ok("pool", "add", "p6", "--cidr", "fd00:9::/120", "--block-size", "124")
 	live, dead = h.netns("/var/run/netns/cni-c1"), h.netns("/var/run/netns/cni-c2")
-	h.store(func(a *allocator.StoreAllocator) {
+	h.store(func(a *allocator.Allocator) {
 		h.allocate(a, ipam.Handle{ID: "net.c1.eth0", Network: "net", ContainerID: "c1", IfName: "eth0", Node: "node-a",
 			NetNS: live, Namespace: "default", Pod: "web-1"}, []string{"p4"}, []string{"p6"})
 		h.allocate(a, ipam.Handle{ID: "net.c2.eth0", Network: "net", ContainerID: "c2", IfName: "eth0", Node: "node-a",

@@ -70,7 +70,7 @@ func (c *cli) readFiles(files []string) ([][]byte, error) {
 
 // apply writes (or with dryRun only checks) a plan and prints the result.
 func (c *cli) apply(cmd *cobra.Command, plan *importer.Plan, dryRun bool) error {
-	return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+	return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 		res, err := importer.ApplyStore(cmd.Context(), a.Store(), plan, dryRun)
 		if err != nil {
 			return err

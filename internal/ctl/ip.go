@@ -92,7 +92,7 @@ func parseAddr(s string) (netip.Addr, error) {
 // lookup returns what every pool holding addr says about it: the claim
 // of the address's block and, from the object of the node it names, the
 // block's owner of the address and that handle's record.
-func lookup(ctx context.Context, a *allocator.StoreAllocator, addr netip.Addr, only string) ([]holding, error) {
+func lookup(ctx context.Context, a *allocator.Allocator, addr netip.Addr, only string) ([]holding, error) {
 	pools, err := a.Pools(ctx)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func (c *cli) ipShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				hs, err := lookup(cmd.Context(), a, addr, pool)
 				if err != nil {
 					return err
@@ -203,7 +203,7 @@ that exists, and the allocation is not an older sandbox of it (see
 			if err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				node, err := c.nodeName()
 				if err != nil && !force {
 					return err

@@ -81,8 +81,8 @@ func (k *kubeFlags) clusterView(ctx context.Context, namespace, name string) (*l
 // the API, and returns the leaks with their observations, the view and
 // the number of pods seen.
 func (c *cli) findLeaks(ctx context.Context, k *kubeFlags) ([]observedLeak, *leaks.Snapshot, int, error) {
-	var obs []allocator.StoreObserved
-	err := c.withStore(ctx, func(a *allocator.StoreAllocator) error {
+	var obs []allocator.Observed
+	err := c.withStore(ctx, func(a *allocator.Allocator) error {
 		var err error
 		obs, err = a.ObserveHandles(ctx)
 		return err
@@ -100,9 +100,9 @@ func (c *cli) findLeaks(ctx context.Context, k *kubeFlags) ([]observedLeak, *lea
 // leaksOf returns the leaks among observed handles. A handle imported
 // without a node (held in store.UnaffineNode's object) records no node, as
 // leaks.Find expects.
-func leaksOf(obs []allocator.StoreObserved, view leaks.Cluster) []observedLeak {
+func leaksOf(obs []allocator.Observed, view leaks.Cluster) []observedLeak {
 	hs := make([]ipam.Handle, len(obs))
-	byKey := map[string]allocator.StoreObserved{}
+	byKey := map[string]allocator.Observed{}
 	for i, o := range obs {
 		hs[i] = shownHandle(o.Handle)
 		byKey[leaks.Key(hs[i])] = o
@@ -117,7 +117,7 @@ func leaksOf(obs []allocator.StoreObserved, view leaks.Cluster) []observedLeak {
 // observedLeak is a leak and the observation of its handle.
 type observedLeak struct {
 	Leak leaks.Leak
-	Obs  allocator.StoreObserved
+	Obs  allocator.Observed
 }
 
 // leakEntry is one leaked allocation as ipkeeperctl prints it.
@@ -230,7 +230,7 @@ Exit status: 0 success (leaks or not), 1 failure.`,
 				}
 				return c.print(v)
 			}
-			err = c.withStore(ctx, func(a *allocator.StoreAllocator) error {
+			err = c.withStore(ctx, func(a *allocator.Allocator) error {
 				for _, l := range ls {
 					e := newLeakEntry(l.Leak)
 					freed, err := a.ReleaseObserved(ctx, l.Obs)

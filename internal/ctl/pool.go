@@ -145,7 +145,7 @@ func (c *cli) poolAddCmd() *cobra.Command {
 			if err := p.Validate(); err != nil {
 				return err
 			}
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				if !allowOverlap {
 					pools, err := a.Pools(cmd.Context())
 					if err != nil {
@@ -185,7 +185,7 @@ func (c *cli) poolListCmd() *cobra.Command {
 		Short: "List pools",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				pools, err := a.Pools(cmd.Context())
 				if err != nil {
 					return err
@@ -212,7 +212,7 @@ interrupted leaves it marked: run 'pool rm NAME' again to finish it, or
 'pool rm --cancel NAME' to keep the pool.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				if cancel {
 					was, err := a.CancelPoolRemoval(cmd.Context(), args[0])
 					if err != nil {

@@ -78,7 +78,7 @@ func (c *cli) showCmd() *cobra.Command {
 		Short: "Utilization: per pool TOTAL / IN USE / FREE, per block (--blocks), per node (--nodes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withStore(cmd.Context(), func(a *allocator.StoreAllocator) error {
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
 				v, err := usage(cmd, a, pool, blocks, nodes)
 				if err != nil {
 					return err
@@ -93,7 +93,7 @@ func (c *cli) showCmd() *cobra.Command {
 	return cmd
 }
 
-func usage(cmd *cobra.Command, a *allocator.StoreAllocator, only string, withBlocks, withNodes bool) (showView, error) {
+func usage(cmd *cobra.Command, a *allocator.Allocator, only string, withBlocks, withNodes bool) (showView, error) {
 	ctx := cmd.Context()
 	pools, err := a.Pools(ctx)
 	if err != nil {

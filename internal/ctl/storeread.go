@@ -134,7 +134,7 @@ func (b claimedBlock) freeCount(p ipam.Pool) int {
 }
 
 // shownHandles returns every handle, with nodes as the CLI shows them.
-func shownHandles(ctx context.Context, a *allocator.StoreAllocator) ([]ipam.Handle, error) {
+func shownHandles(ctx context.Context, a *allocator.Allocator) ([]ipam.Handle, error) {
 	hs, err := a.Handles(ctx)
 	if err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ func TestPoolRmRefusedWhileInUse(t *testing.T) {
 	h.populate()
 	h.fails(ExitError, []string{`pool "p4" has 3 addresses in use`}, "pool", "rm", "p4")
 	h.fails(ExitError, []string{"pool not found"}, "pool", "rm", "nope")
-	h.store(func(a *allocator.StoreAllocator) {
+	h.store(func(a *allocator.Allocator) {
 		for _, hd := range [][2]string{{"node-a", "net.c1.eth0"}, {"node-a", "net.c2.eth0"}, {"node-b", "net.c3.eth0"}} {
 			if _, err := a.Release(t.Context(), hd[0], hd[1]); err != nil {
 				t.Fatal(err)
@@ -105,7 +105,7 @@ func TestIPReleaseOverlappingPools(t *testing.T) {
 	h := newHarness(t)
 	h.ok(fields("pool add red --cidr 10.80.0.0/24")...)
 	h.ok(fields("pool add blue --cidr 10.80.0.0/24 --allow-overlap")...)
-	h.store(func(a *allocator.StoreAllocator) {
+	h.store(func(a *allocator.Allocator) {
 		h.allocate(a, ipam.Handle{ID: "red.x.eth0", Node: "node-a"}, []string{"red"})
 		h.allocate(a, ipam.Handle{ID: "blue.y.eth0", Node: "node-a"}, []string{"blue"})
 	})
@@ -127,7 +127,7 @@ func TestCheckExitStatus(t *testing.T) {
 	h := newHarness(t)
 	h.populate()
 	h.ok("check")
-	h.store(func(a *allocator.StoreAllocator) {
+	h.store(func(a *allocator.Allocator) {
 		ctx, s := t.Context(), a.Store()
 		c, err := s.GetClaim(ctx, store.BlockRef{Pool: "p4", CIDR: netipPrefix("10.9.0.16/28")})
 		if err != nil || c.Node != "node-b" {
@@ -170,14 +170,14 @@ func TestCheckExitStatus(t *testing.T) {
 	}
 	h.golden("check_repair", h.mustExit(ExitRepaired, "check", "--repair"))
 	h.ok("check")
-	h.store(func(a *allocator.StoreAllocator) {
+	h.store(func(a *allocator.Allocator) {
 		c, err := a.Store().GetClaim(t.Context(), store.BlockRef{Pool: "p4", CIDR: netipPrefix("10.9.0.16/28")})
 		if err != nil || c.Node != "node-b" {
 			t.Fatalf("node-b's claim after repair: %+v, %v", c, err)
 		}
 	})
 	// What repair cannot fix keeps the status at 2.
-	h.store(func(a *allocator.StoreAllocator) {
+	h.store(func(a *allocator.Allocator) {
 		p, err := a.Store().GetPool(t.Context(), "p6")
 		if err != nil {
 			t.Fatal(err)
@@ -347,7 +347,7 @@ func TestGCAdoptsClaims(t *testing.T) {
 		t.Run(fam.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.populate()
-			h.store(func(a *allocator.StoreAllocator) {
+			h.store(func(a *allocator.Allocator) {
 				for _, c := range []store.Claim{
 					{BlockRef: store.BlockRef{Pool: fam.pool, CIDR: netipPrefix(fam.block)}, Node: "node-a"},
 					{BlockRef: store.BlockRef{Pool: fam.pool, CIDR: netipPrefix(fam.other)}, Node: "node-b"},
@@ -403,7 +403,7 @@ func TestIPReleaseBorrowed(t *testing.T) {
 			h := newHarness(t)
 			h.ok("pool", "add", "one", "--cidr", fam.cidr)
 			var borrowed string
-			h.store(func(a *allocator.StoreAllocator) {
+			h.store(func(a *allocator.Allocator) {
 				h.allocate(a, ipam.Handle{ID: "net.a.eth0", Node: "node-a"}, []string{"one"})
 				got := h.allocate(a, ipam.Handle{ID: "net.b.eth0", Node: "node-b"}, []string{"one"})
 				borrowed = got.IPs[0].Addr.String()

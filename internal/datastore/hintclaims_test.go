@@ -176,7 +176,7 @@ func TestHintClaimsReadWithMarker(t *testing.T) {
 	if !warmed.Hinted || len(warmed.Claims) != 2 {
 		t.Fatalf("warmed from a hint of one pool: hinted %v, claims %v; want node-a's two claims", warmed.Hinted, warmed.Claims)
 	}
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	if _, err := a.Allocate(t.Context(), hintReq("node-a", "c2")); err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func (h *hintTest) tryAdd(node, container string) (ipam.Handle, Warmed, error) {
 		h.t.Fatal(err)
 	}
 	defer s.Close()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	if warmed.OK {
 		a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	}
@@ -89,7 +89,7 @@ func (h *hintTest) del(node, container string) Warmed {
 		h.t.Fatal(err)
 	}
 	defer s.Close()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	if warmed.OK {
 		a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	}
@@ -108,7 +108,7 @@ func (h *hintTest) handles() map[string]ipam.Handle {
 		h.t.Fatal(err)
 	}
 	defer s.Close()
-	all, err := allocator.NewStoreAllocator(s, nil).Handles(h.t.Context())
+	all, err := allocator.New(s, nil).Handles(h.t.Context())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestHintReadsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		a := allocator.NewStoreAllocator(s, nil)
+		a := allocator.New(s, nil)
 		a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 		if _, err := a.Allocate(t.Context(), hintReq("node-a", container)); err != nil {
 			t.Fatal(err)
@@ -216,7 +216,7 @@ func TestHintStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := allocator.NewStoreAllocator(s, nil).Allocate(t.Context(), hintReq("node-a", "other")); err != nil {
+	if _, err := allocator.New(s, nil).Allocate(t.Context(), hintReq("node-a", "other")); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
@@ -464,7 +464,7 @@ func TestHintFullButFreed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := allocator.NewStoreAllocator(s, nil).Release(t.Context(), "node-a", ipam.HandleID("net", added[0], "eth0")); err != nil {
+	if _, err := allocator.New(s, nil).Release(t.Context(), "node-a", ipam.HandleID("net", added[0], "eth0")); err != nil {
 		t.Fatal(err)
 	}
 	before, err := s.ListClaims(t.Context(), store.ClaimSelector{Node: "node-a"})

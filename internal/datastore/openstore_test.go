@@ -217,7 +217,7 @@ func TestOpenStoreMigratesFirstLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := allocator.NewStoreAllocator(s, nil)
+			a := allocator.New(s, nil)
 			for id, h := range want {
 				got, ok, err := a.Handle(ctx, h.node, id)
 				if err != nil || !ok || !sameIPs(got.IPs, h.ips) {
@@ -299,7 +299,7 @@ func TestOpenStoreConcurrentMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	for id, h := range want {
 		if got, ok, err := a.Handle(ctx, h.node, id); err != nil || !ok || !sameIPs(got.IPs, h.ips) {
 			t.Errorf("Handle(%s, %s) = %v, %v, %v; want %v", h.node, id, got.IPs, ok, err, h.ips)

@@ -35,7 +35,7 @@ func TestOpenWarmADD(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				if _, err := allocator.NewStoreAllocator(s, nil).Allocate(ctx, req("node-a", "first")); err != nil {
+				if _, err := allocator.New(s, nil).Allocate(ctx, req("node-a", "first")); err != nil {
 					t.Fatal(err)
 				}
 			}()
@@ -63,11 +63,11 @@ func TestOpenWarmADD(t *testing.T) {
 				}
 				if stale {
 					// Another process's ADD after the warm read.
-					if _, err := allocator.NewStoreAllocator(kvbacked.New(kvs), nil).Allocate(ctx, req("node-a", "other")); err != nil {
+					if _, err := allocator.New(kvbacked.New(kvs), nil).Allocate(ctx, req("node-a", "other")); err != nil {
 						t.Fatal(err)
 					}
 				}
-				a := allocator.NewStoreAllocator(ts, nil)
+				a := allocator.New(ts, nil)
 				a.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 				before := c.counts()
 				h, err := a.Allocate(ctx, req("node-a", fmt.Sprint("warm", i)))

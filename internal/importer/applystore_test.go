@@ -48,7 +48,7 @@ func TestApplyStoreBorrowed(t *testing.T) {
 		if err != nil || len(own.Blocks) != 0 || len(own.LendersOf(id)) != 1 || own.LendersOf(id)[0] != calicoNode {
 			t.Fatalf("borrower's object: %+v, %v; want a loan of %s from %s", own, err, id, calicoNode)
 		}
-		a := allocator.NewStoreAllocator(e.typed, nil)
+		a := allocator.New(e.typed, nil)
 		h, ok, err := a.Handle(ctx, "worker-9", id)
 		if err != nil || !ok || len(h.IPs) != 1 || h.IPs[0].Addr != netip.MustParseAddr("100.112.209.161") {
 			t.Fatalf("Handle(borrower, %s) = %+v, %v, %v", id, h, ok, err)
@@ -293,7 +293,7 @@ func (h *hookStore) UpdateNode(ctx context.Context, n store.Node) (store.Node, e
 func TestApplyStoreMergesConcurrentAllocation(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		a := allocator.NewStoreAllocator(e.typed, nil)
+		a := allocator.New(e.typed, nil)
 		if _, err := a.EnsurePool(ctx, otherPool); err != nil {
 			t.Fatal(err)
 		}

@@ -93,7 +93,7 @@ func eachEnv(t *testing.T, fn func(t *testing.T, e *env)) {
 var otherPool = ipam.Pool{Name: "other", CIDR: netip.MustParsePrefix("10.99.0.0/24"), BlockSize: 28}
 
 func storeEnv(s store.Store) *env {
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	return &env{
 		typed: s,
 		apply: func(ctx context.Context, plan *importer.Plan, dryRun bool) (importer.Result, error) {

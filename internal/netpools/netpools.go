@@ -16,7 +16,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
-// Pools reads pool definitions (allocator.StoreAllocator does).
+// Pools reads pool definitions (allocator.Allocator does).
 type Pools interface {
 	// Pool returns the named pool, or an error wrapping
 	// allocator.ErrPoolNotFound.

@@ -121,7 +121,7 @@ func heldAddrs(t *testing.T, ds config.Datastore) map[string]netip.Addr {
 	t.Helper()
 	out := map[string]netip.Addr{}
 	withTypedStore(t, ds, func(s store.Store) {
-		hs, err := allocator.NewStoreAllocator(s, nil).Handles(t.Context())
+		hs, err := allocator.New(s, nil).Handles(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,7 +51,7 @@ type Plugin struct {
 	// KubeAllocator, when set, serves kubernetes datastores instead of
 	// opening one per verb: ipkeeper-agent's long-lived allocator, which
 	// keeps its client, the node's object and the pools warm.
-	KubeAllocator func(ctx context.Context, ds config.Datastore) (*allocator.StoreAllocator, error)
+	KubeAllocator func(ctx context.Context, ds config.Datastore) (*allocator.Allocator, error)
 	// InContainer tells that the verbs run in a container (ipkeeper-agent)
 	// rather than on the host: an earlier sandbox's network namespace
 	// counts as gone only where the host's /var/run/netns is visible, and
@@ -88,7 +88,7 @@ func New() *Plugin {
 // session is one invocation's parsed config and open datastore.
 type session struct {
 	conf  *config.IPAM
-	alloc *allocator.StoreAllocator
+	alloc *allocator.Allocator
 	close func()
 	// planned are the range sets of a config that defines its pools by
 	// ranges, planned (and checked) before the datastore was opened; nil
@@ -148,7 +148,7 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc, wa
 	if err != nil {
 		return nil, err
 	}
-	alloc := allocator.NewStoreAllocator(store, p.Log)
+	alloc := allocator.New(store, p.Log)
 	if warmed.OK {
 		alloc.Remember(warmed.Node, warmed.Pools, warmed.Claims...)
 	}

@@ -41,7 +41,7 @@ import (
 // would have without takeovers. Every takeover is logged at warn level to
 // the plugin's log (never stdout), naming the pod, both containers and
 // handles, the addresses and why the old sandbox is gone.
-func (p *Plugin) takeOver(ctx context.Context, a *allocator.StoreAllocator, req allocator.Request, exhausted error) (ipam.Handle, error) {
+func (p *Plugin) takeOver(ctx context.Context, a *allocator.Allocator, req allocator.Request, exhausted error) (ipam.Handle, error) {
 	if req.Handle.PodUID == "" {
 		return ipam.Handle{}, exhausted
 	}

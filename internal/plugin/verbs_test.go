@@ -26,7 +26,7 @@ func (h *harness) handles() []string {
 		h.t.Fatal(err)
 	}
 	defer s.Close()
-	hs, err := allocator.NewStoreAllocator(s, nil).Handles(context.Background())
+	hs, err := allocator.New(s, nil).Handles(context.Background())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestADDRoundTripsOnEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	hs, err := allocator.NewStoreAllocator(st, nil).Handles(t.Context())
+	hs, err := allocator.New(st, nil).Handles(t.Context())
 	if err != nil || len(hs) != 1 || hs[0].ContainerID != "c0" {
 		t.Fatalf("handles after the DEL of c1: %+v, %v; want c0's alone", hs, err)
 	}
@@ -163,7 +163,7 @@ func TestHintedADDDoesNotReadTheNode(t *testing.T) {
 	if sent := etcdSentBytes(t, srv.Endpoint) - before; sent >= len(obj) {
 		t.Errorf("etcd sent %d bytes to an ADD on a node whose object is %d bytes: the object was read", sent, len(obj))
 	}
-	hs, err := allocator.NewStoreAllocator(st, nil).Handles(t.Context())
+	hs, err := allocator.New(st, nil).Handles(t.Context())
 	if err != nil || len(hs) != 41 {
 		t.Fatalf("%d handles, %v; want 41", len(hs), err)
 	}

@@ -352,8 +352,9 @@ const MaxNameBytes = 253
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // UnaffineNode is the node object holding blocks that are affine to no
-// node (the first layout's blocks imported from whereabouts or Calico
-// without a host) while they hold addresses, with the claims naming it.
+// node (blocks imported from whereabouts or Calico without a host, or a
+// migrated store's blocks without an affinity) while they hold addresses,
+// with the claims naming it.
 // No Kubernetes node can have this name (':' is not allowed in one), so it
 // never collides with a real node; nobody allocates in its blocks but by
 // borrowing, and the controller frees them as blocks of a gone node once

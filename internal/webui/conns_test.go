@@ -269,7 +269,7 @@ func TestEventStreamOutlivesTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = allocator.NewStoreAllocator(st, nil).Allocate(context.Background(), allocator.Request{Handle: ipam.Handle{ID: "net.late.eth0",
+	_, err = allocator.New(st, nil).Allocate(context.Background(), allocator.Request{Handle: ipam.Handle{ID: "net.late.eth0",
 		Network: "net", ContainerID: "late", IfName: "eth0", Node: "node-a"}, Sets: [][]string{{"a-v4"}}})
 	st.Close()
 	if err != nil {

@@ -71,7 +71,7 @@ func openLocal(t *testing.T, dir string) store.Store {
 func fillFixture(t *testing.T, st store.Store) map[string]ipam.Handle {
 	t.Helper()
 	ctx := context.Background()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	a.Now = func() time.Time { return fixtureTime }
 	for _, p := range []ipam.Pool{poolV4, poolTiny, poolV6} {
 		if err := a.CreatePool(ctx, p); err != nil {

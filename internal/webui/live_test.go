@@ -32,11 +32,11 @@ func (m *model) blockInUse(pool, cidr string) int {
 
 // liveSteps allocates and releases through alloc (opened per step by
 // with) and waits for the map to show each step.
-func liveSteps(t *testing.T, u *UI, with func(func(a *allocator.StoreAllocator))) {
+func liveSteps(t *testing.T, u *UI, with func(func(a *allocator.Allocator))) {
 	t.Helper()
 	ctx := context.Background()
 	var h ipam.Handle
-	with(func(a *allocator.StoreAllocator) {
+	with(func(a *allocator.Allocator) {
 		var err error
 		h, err = a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.ctr-live.eth0", Network: "net",
 			ContainerID: "ctr-live", IfName: "eth0", Node: "node-c", Namespace: "default", Pod: "live"}, Sets: [][]string{{"a-v4"}}})
@@ -54,7 +54,7 @@ func liveSteps(t *testing.T, u *UI, with func(func(a *allocator.StoreAllocator))
 	})
 	// A borrow changes another node's block: node-c has no block of
 	// b-tiny and none is left to claim, so it borrows from node-a's.
-	with(func(a *allocator.StoreAllocator) {
+	with(func(a *allocator.Allocator) {
 		if _, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.ctr-live2.eth0", Node: "node-c",
 			Network: "net", ContainerID: "ctr-live2", IfName: "eth0"}, Sets: [][]string{{"b-tiny"}}}); err != nil {
 			t.Fatal(err)
@@ -64,7 +64,7 @@ func liveSteps(t *testing.T, u *UI, with func(func(a *allocator.StoreAllocator))
 		b := u.m.blocks[store.BlockRef{Pool: "b-tiny", CIDR: netip.MustParsePrefix("10.30.0.0/28")}]
 		return b.agg.borrowed == 2 && b.agg.borrowers["node-c"] == 1
 	})
-	with(func(a *allocator.StoreAllocator) {
+	with(func(a *allocator.Allocator) {
 		if _, err := a.Release(ctx, "node-c", h.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestLocalStoreLive(t *testing.T) {
 	dir := t.TempDir()
 	writeFixture(t, dir)
 	s := startUI(t, localOpts(dir))
-	liveSteps(t, s.u, func(f func(a *allocator.StoreAllocator)) {
+	liveSteps(t, s.u, func(f func(a *allocator.Allocator)) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		st, err := kvbacked.OpenLocal(ctx, dir, local.WithLockTimeout(5*time.Second))
@@ -89,7 +89,7 @@ func TestLocalStoreLive(t *testing.T) {
 			t.Fatalf("the map kept the local store locked: %v", err)
 		}
 		defer st.Close()
-		f(allocator.NewStoreAllocator(st, nil))
+		f(allocator.New(st, nil))
 	})
 }
 
@@ -143,7 +143,7 @@ func TestEtcdLive(t *testing.T) {
 func storeLive(t *testing.T, u *UI, st store.Store) {
 	t.Helper()
 	ctx := context.Background()
-	liveSteps(t, u, func(f func(a *allocator.StoreAllocator)) { f(allocator.NewStoreAllocator(st, nil)) })
+	liveSteps(t, u, func(f func(a *allocator.Allocator)) { f(allocator.New(st, nil)) })
 	p, err := st.GetPool(ctx, poolV4.Name)
 	if err != nil {
 		t.Fatal(err)

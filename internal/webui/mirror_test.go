@@ -199,7 +199,7 @@ func TestReadSnapshotDecodesOnlyChanged(t *testing.T) {
 	if got := decoded(); len(got) != 0 {
 		t.Fatalf("an unchanged read decoded %v", got)
 	}
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	if _, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.ctr-more.eth0", Network: "net", ContainerID: "ctr-more",
 		IfName: "eth0", Node: "node-b", Pod: "more"}, Sets: [][]string{{"c-v6"}}}); err != nil {
 		t.Fatal(err)

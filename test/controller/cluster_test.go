@@ -278,7 +278,7 @@ func (n *network) ctl(args ...string) (string, string, int) {
 func (n *network) handles() map[string]ipam.Handle {
 	n.t.Helper()
 	out := map[string]ipam.Handle{}
-	n.withAllocator(func(a *allocator.StoreAllocator) {
+	n.withAllocator(func(a *allocator.Allocator) {
 		hs, err := a.Handles(ctxT(n.t))
 		if err != nil {
 			n.t.Fatal(err)
@@ -291,12 +291,12 @@ func (n *network) handles() map[string]ipam.Handle {
 }
 
 // withAllocator runs f on the network's store, opened for f only.
-func (n *network) withAllocator(f func(a *allocator.StoreAllocator)) {
+func (n *network) withAllocator(f func(a *allocator.Allocator)) {
 	n.t.Helper()
 	st, err := datastore.OpenStore(ctxT(n.t), n.ds, true)
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	defer st.Close()
-	f(allocator.NewStoreAllocator(st, nil))
+	f(allocator.New(st, nil))
 }

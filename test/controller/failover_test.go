@@ -49,7 +49,7 @@ type fleet struct {
 	c      *cluster
 	ep     string
 	prefix string
-	a      *allocator.StoreAllocator
+	a      *allocator.Allocator
 	// leaked and live hold the allocations by handle ID.
 	leaked, live map[string]ipam.Handle
 }
@@ -76,7 +76,7 @@ func newFleet(t *testing.T, c *cluster) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	f.a = allocator.NewStoreAllocator(st, nil)
+	f.a = allocator.New(st, nil)
 	nodes := []string{c.node("a"), c.node("b"), c.node("c")}
 	pools := []ipam.Pool{
 		{Name: "fo4", CIDR: netip.MustParsePrefix("10.73.0.0/16"), BlockSize: 26, Origin: "config"},

@@ -147,7 +147,7 @@ func TestNodeDeleted(t *testing.T) {
 	}
 	affinities := func() map[string]int {
 		var out map[string]int
-		net.withAllocator(func(a *allocator.StoreAllocator) {
+		net.withAllocator(func(a *allocator.Allocator) {
 			var err error
 			if out, err = a.AffineNodes(ctxT(t)); err != nil {
 				t.Fatal(err)
@@ -168,7 +168,7 @@ func TestNodeDeleted(t *testing.T) {
 	if after[nodeC] != 0 || after[nodeA] != before[nodeA] {
 		t.Fatalf("claims per node after node %s was deleted: %v (before %v)", nodeC, after, before)
 	}
-	net.withAllocator(func(a *allocator.StoreAllocator) {
+	net.withAllocator(func(a *allocator.Allocator) {
 		bs, err := a.Blocks(ctxT(t), "")
 		if err != nil {
 			t.Fatal(err)

@@ -358,7 +358,7 @@ func storedHandles(t *testing.T, ctx context.Context, ds config.Datastore) map[s
 		t.Fatal(err)
 	}
 	defer st.Close()
-	hs, err := allocator.NewStoreAllocator(st, nil).Handles(ctx)
+	hs, err := allocator.New(st, nil).Handles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

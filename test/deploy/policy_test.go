@@ -124,9 +124,9 @@ func TestNodeWritesAllocation(t *testing.T) {
 	part := authzPartition("alloc")
 	admin := openKube(t, s.AdminKubeconfig, part)
 	createPool(ctx, t, admin, authzPool)
-	allocA := allocator.NewStoreAllocator(openKube(t, s.NodeKubeconfig(t, "node-a"), part), nil)
-	allocB := allocator.NewStoreAllocator(openKube(t, s.NodeKubeconfig(t, "node-b"), part), nil)
-	add := func(a *allocator.StoreAllocator, node, id string) (ipam.Handle, error) {
+	allocA := allocator.New(openKube(t, s.NodeKubeconfig(t, "node-a"), part), nil)
+	allocB := allocator.New(openKube(t, s.NodeKubeconfig(t, "node-b"), part), nil)
+	add := func(a *allocator.Allocator, node, id string) (ipam.Handle, error) {
 		return a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: id, Network: "authz", ContainerID: id, IfName: "eth0", Node: node},
 			Sets: [][]string{{authzPool.Name}}})
 	}
@@ -433,7 +433,7 @@ func TestNodeWritesUnaffine(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	allocA := allocator.NewStoreAllocator(openKube(t, s.NodeKubeconfig(t, "node-a"), part), nil)
+	allocA := allocator.New(openKube(t, s.NodeKubeconfig(t, "node-a"), part), nil)
 	h, err := allocA.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "imp.a1.eth0", Network: "imp", ContainerID: "a1", IfName: "eth0", Node: "node-a"},
 		Sets: [][]string{{pool.Name}}})
 	if err != nil || !pool.CIDR.Contains(h.IPs[0].Addr) {
@@ -448,7 +448,7 @@ func TestNodeWritesUnaffine(t *testing.T) {
 	if got, err := admin.GetNode(ctx, store.UnaffineNode); err != nil || !hasHandle(got, imported.ID) {
 		t.Fatalf("the imported address after node-a's DEL: %v (held %v), want it still held", err, err == nil && hasHandle(got, imported.ID))
 	}
-	ctrl := allocator.NewStoreAllocator(openKube(t, s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"), part), nil)
+	ctrl := allocator.New(openKube(t, s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"), part), nil)
 	if freed, err := ctrl.Release(ctx, "node-a", imported.ID); err != nil || len(freed) != 1 {
 		t.Fatalf("the controller's release of the imported address: %v, %v", freed, err)
 	}

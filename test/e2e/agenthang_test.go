@@ -114,7 +114,7 @@ func kubeOwners(t *testing.T, ds config.Datastore) map[string]int {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	blocks, err := allocator.NewStoreAllocator(s, nil).Blocks(ctxT(t), "")
+	blocks, err := allocator.New(s, nil).Blocks(ctxT(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

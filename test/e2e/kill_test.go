@@ -285,7 +285,7 @@ func checkAfterKills(t *testing.T, ds config.Datastore, printed map[string]strin
 	if err := rep.Err(); err != nil {
 		t.Fatalf("after kill -9 and GC: %v", err)
 	}
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	for id, node := range printed {
 		if h, ok, err := a.Handle(ctx, node, id); err != nil || !ok || len(h.IPs) != 2 {
 			t.Fatalf("ADD %s printed a result, but the store has %+v (found %v, %v)", id, h, ok, err)

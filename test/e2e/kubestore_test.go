@@ -32,7 +32,7 @@ func kubeHandles(t *testing.T, ds config.Datastore) []string {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	hs, err := allocator.NewStoreAllocator(s, nil).Handles(ctxT(t))
+	hs, err := allocator.New(s, nil).Handles(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestLeaderKill(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	a := allocator.NewStoreAllocator(openStore(t, eps, prefix), nil)
+	a := allocator.New(openStore(t, eps, prefix), nil)
 	ok, tryLater := 0, 0
 	owner := map[netip.Addr]int{}
 	for i, r := range recs {

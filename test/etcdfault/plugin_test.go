@@ -236,7 +236,7 @@ func TestPluginKill9(t *testing.T) {
 	}
 	defer st.Close()
 	for n := range nodes {
-		if _, err := allocator.NewStoreAllocator(st, nil).AdoptClaims(ctx, fmt.Sprintf("node-%d", n)); err != nil {
+		if _, err := allocator.New(st, nil).AdoptClaims(ctx, fmt.Sprintf("node-%d", n)); err != nil {
 			t.Fatal(err)
 		}
 	}

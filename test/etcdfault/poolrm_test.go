@@ -142,7 +142,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 	// ipkeeperctl opens it; it is closed afterwards so that plugin and CLI
 	// processes can take the local store's file.
 	fs := &faultStore{}
-	withStore := func(f func(a *allocator.StoreAllocator, s store.Store)) {
+	withStore := func(f func(a *allocator.Allocator, s store.Store)) {
 		t.Helper()
 		s, err := datastore.OpenStore(ctx, b.ds, true)
 		if err != nil {
@@ -151,7 +151,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 		defer s.Close()
 		fs.Store = s
 		fs.reset(0, nil)
-		f(allocator.NewStoreAllocator(fs, nil), s)
+		f(allocator.New(fs, nil), s)
 	}
 	// check runs the checker and fails on any problem but those of the
 	// kinds in expect, each of which must be reported for pool p.
@@ -203,7 +203,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 	}
 	// claim makes poolBlocks empty claimed blocks (one ADD and its release
 	// on as many nodes).
-	claim := func(a *allocator.StoreAllocator, s store.Store) {
+	claim := func(a *allocator.Allocator, s store.Store) {
 		t.Helper()
 		for i := range poolBlocks {
 			node := fmt.Sprintf("node-%03d", i)
@@ -229,7 +229,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 		return o
 	}
 
-	withStore(func(a *allocator.StoreAllocator, s store.Store) {
+	withStore(func(a *allocator.Allocator, s store.Store) {
 		for _, p := range []ipam.Pool{pool, other} {
 			if err := a.CreatePool(ctx, p); err != nil {
 				t.Fatal(err)
@@ -280,9 +280,9 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 
 	// 4. An address allocated after pool rm found none in use but before
 	// it marked the pool: the removal refuses and the pool stays usable.
-	withStore(func(a *allocator.StoreAllocator, s store.Store) {
+	withStore(func(a *allocator.Allocator, s store.Store) {
 		check(s)
-		plain := allocator.NewStoreAllocator(s, nil)
+		plain := allocator.New(s, nil)
 		raced := false
 		fs.reset(0, func(n int) {
 			if n != 1 {
@@ -328,7 +328,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 	if out, errs, code := ipkeeperctl(t, b.ds, "pool", "rm", pool.Name); code != 0 || !strings.Contains(out, "removed") {
 		t.Fatalf("pool rm after an interrupted removal: exit %d\n%s%s", code, out, errs)
 	}
-	withStore(func(a *allocator.StoreAllocator, s store.Store) {
+	withStore(func(a *allocator.Allocator, s store.Store) {
 		if _, err := a.Pool(ctx, pool.Name); !errors.Is(err, allocator.ErrPoolNotFound) {
 			t.Fatalf("pool after pool rm: %v", err)
 		}

@@ -45,16 +45,16 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 				b := newBackend(t, name, "warm-"+fam.name)
 				ctx := t.Context()
 				pool := fam.pool
-				withStore := func(f func(a *allocator.StoreAllocator, s store.Store)) {
+				withStore := func(f func(a *allocator.Allocator, s store.Store)) {
 					t.Helper()
 					s, err := datastore.OpenStore(ctx, b.ds, true)
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer s.Close()
-					f(allocator.NewStoreAllocator(s, nil), s)
+					f(allocator.New(s, nil), s)
 				}
-				withStore(func(a *allocator.StoreAllocator, _ store.Store) {
+				withStore(func(a *allocator.Allocator, _ store.Store) {
 					if err := a.CreatePool(ctx, pool); err != nil {
 						t.Fatal(err)
 					}
@@ -70,7 +70,7 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 				// keeps room for more.
 				var before consistency.Counts
 				var nodeVersion store.Version
-				withStore(func(_ *allocator.StoreAllocator, s store.Store) {
+				withStore(func(_ *allocator.Allocator, s store.Store) {
 					p, err := s.GetPool(ctx, pool.Name)
 					if err != nil {
 						t.Fatal(err)
@@ -115,7 +115,7 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 						t.Fatalf("warm ADD into a pool being removed: code %d %q (IPs %v), want 101 mentioning %q", o.Code, o.Msg, o.IPs, want)
 					}
 				}
-				withStore(func(_ *allocator.StoreAllocator, s store.Store) {
+				withStore(func(_ *allocator.Allocator, s store.Store) {
 					rep, err := consistency.CheckStore(ctx, s)
 					if err != nil {
 						t.Fatal(err)
@@ -187,11 +187,11 @@ func TestPoolMarkedBetweenClaimAndReread(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				if err := allocator.NewStoreAllocator(s, nil).CreatePool(ctx, pool); err != nil {
+				if err := allocator.New(s, nil).CreatePool(ctx, pool); err != nil {
 					t.Fatal(err)
 				}
 				m := &markOnClaim{Store: s, t: t, pool: pool.Name}
-				a := allocator.NewStoreAllocator(m, nil)
+				a := allocator.New(m, nil)
 				_, err = a.Allocate(ctx, allocator.Request{
 					Handle: ipam.Handle{ID: "net1.c1.eth0", Network: "net1", ContainerID: "c1", IfName: "eth0", Node: "node-new"},
 					Sets:   [][]string{{pool.Name}}})

@@ -61,7 +61,7 @@ func TestQuorumLoss(t *testing.T) {
 	}) {
 		t.Fatalf("ADD after quorum came back: %v %+v", err, o)
 	}
-	a := allocator.NewStoreAllocator(openStore(t, eps, prefix), nil)
+	a := allocator.New(openStore(t, eps, prefix), nil)
 	for i := range 3 {
 		if _, exists, err := a.Handle(ctx, "node-a", ipam.HandleID("net1", fmt.Sprintf("noquorum%d", i), "eth0")); err != nil || exists {
 			t.Fatalf("ADD noquorum%d returned 11 but left a handle (err %v)", i, err)

@@ -93,7 +93,7 @@ func TestForgedNodeObject(t *testing.T) {
 			ctx := t.Context()
 			s := b.open(t)
 			cs := &countingStore{Store: s}
-			warm := allocator.NewStoreAllocator(cs, nil)
+			warm := allocator.New(cs, nil)
 			warm.PoolCacheTTL = time.Hour // the pool read once: the count is the guard's
 			if _, err := warm.EnsurePool(ctx, guardV4); err != nil {
 				t.Fatal(err)
@@ -121,8 +121,8 @@ func TestForgedNodeObject(t *testing.T) {
 			forged, stolen := allocatortest.Steal(t, s, "node-a", "node-b", ref)
 			for _, al := range []struct {
 				name string
-				a    *allocator.StoreAllocator
-			}{{"fresh", allocator.NewStoreAllocator(s, nil)}, {"warm", warm}} {
+				a    *allocator.Allocator
+			}{{"fresh", allocator.New(s, nil)}, {"warm", warm}} {
 				h, err := al.a.Allocate(ctx, guardReq("node-a", "a2-"+al.name))
 				if !errors.Is(err, allocator.ErrBlockNotClaimed) || !strings.Contains(err.Error(), ref.String()) || !strings.Contains(err.Error(), `"node-b"`) {
 					t.Fatalf("%s allocator: ADD on node-a = %v, %v; want %v naming %s and node-b (node-b's %s is the stolen address)",

@@ -22,7 +22,7 @@ var (
 // cluster runs ops on nodes nodes, workers per node at once, each
 // operation by a fresh allocator holding its node's lock, and returns
 // the first error.
-func cluster(ctx context.Context, s store.Store, nodes, workers, perNode int, op func(a *allocator.StoreAllocator, node string, i int) error) error {
+func cluster(ctx context.Context, s store.Store, nodes, workers, perNode int, op func(a *allocator.Allocator, node string, i int) error) error {
 	var (
 		wg    sync.WaitGroup
 		first error
@@ -42,7 +42,7 @@ func cluster(ctx context.Context, s store.Store, nodes, workers, perNode int, op
 						lock.Unlock()
 						return
 					}
-					err := op(allocator.NewStoreAllocator(s, nil), node, i)
+					err := op(allocator.New(s, nil), node, i)
 					lock.Unlock()
 					if err != nil {
 						mu.Lock()
@@ -78,7 +78,7 @@ func TestClusterChurn(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t)
 			ctx := t.Context()
-			a := allocator.NewStoreAllocator(s, nil)
+			a := allocator.New(s, nil)
 			for _, p := range []ipam.Pool{clusterV4, clusterV6} {
 				if _, err := a.EnsurePool(ctx, p); err != nil {
 					t.Fatal(err)
@@ -87,7 +87,7 @@ func TestClusterChurn(t *testing.T) {
 			var mu sync.Mutex
 			got := map[string]ipam.Handle{}
 			start := time.Now()
-			err := cluster(ctx, s, nodes, workers, perNode, func(a *allocator.StoreAllocator, node string, i int) error {
+			err := cluster(ctx, s, nodes, workers, perNode, func(a *allocator.Allocator, node string, i int) error {
 				h, err := a.Allocate(ctx, request(node, i))
 				mu.Lock()
 				got[h.ID] = h
@@ -110,7 +110,7 @@ func TestClusterChurn(t *testing.T) {
 				}
 			}
 			start = time.Now()
-			err = cluster(ctx, s, nodes, workers, perNode, func(a *allocator.StoreAllocator, node string, i int) error {
+			err = cluster(ctx, s, nodes, workers, perNode, func(a *allocator.Allocator, node string, i int) error {
 				freed, err := a.Release(ctx, node, request(node, i).Handle.ID)
 				if err == nil && len(freed) != 2 {
 					err = fmt.Errorf("released %v, want 2 addresses", freed)

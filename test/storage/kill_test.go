@@ -114,7 +114,7 @@ func TestKill9(t *testing.T) {
 			}
 			setup := reopen()
 			for _, p := range []ipam.Pool{killV4, killV6} {
-				if _, err := allocator.NewStoreAllocator(setup, nil).EnsurePool(t.Context(), p); err != nil {
+				if _, err := allocator.New(setup, nil).EnsurePool(t.Context(), p); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -152,7 +152,7 @@ func TestKill9(t *testing.T) {
 				t.Fatalf("%d processes killed, %d ADDs printed: the test exercised nothing", killed, len(printed))
 			}
 			held := storetest.Holders(t, st)
-			a := allocator.NewStoreAllocator(st, nil)
+			a := allocator.New(st, nil)
 			for id, node := range printed {
 				h, ok, err := a.Handle(t.Context(), node, id)
 				if err != nil || !ok || len(h.IPs) != 2 {

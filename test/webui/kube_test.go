@@ -53,7 +53,7 @@ func TestAddressMapKubernetesInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	for _, p := range []ipam.Pool{
 		{Name: "a-v4", CIDR: netip.MustParsePrefix("10.20.0.0/24"), BlockSize: 26, Gateway: netip.MustParseAddr("10.20.0.1"),
 			Exclude: []netip.Prefix{netip.MustParsePrefix("10.20.0.200/29")}},

@@ -85,7 +85,7 @@ func TestVerbsOnEtcd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			a := allocator.NewStoreAllocator(st, nil)
+			a := allocator.New(st, nil)
 			for _, hd := range []ipam.Handle{
 				{ID: "net.live.eth0", Node: "node-a", NetNS: "/var/run/netns/live", Pod: "live"},
 				{ID: "net.dead.eth0", Node: "node-a", NetNS: "/var/run/netns/dead", Pod: "dead"},

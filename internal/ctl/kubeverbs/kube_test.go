@@ -194,7 +194,7 @@ func TestVerbsOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	live, other := filepath.Join(sandboxes, "live"), filepath.Join(sandboxes, "other")
 	for _, p := range []string{live, other} {
 		if err := os.WriteFile(p, nil, 0o600); err != nil {

@@ -222,7 +222,7 @@ func TestLostAnswerAllocation(t *testing.T) {
 			typed := kvbacked.New(direct)
 			cidr := netip.MustParsePrefix(fam.cidr)
 			pool := ipam.Pool{Name: "p", CIDR: cidr, BlockSize: cidr.Addr().BitLen() - 4, Origin: "cli"}
-			other := allocator.NewStoreAllocator(typed, nil)
+			other := allocator.New(typed, nil)
 			if err := other.CreatePool(ctx, pool); err != nil {
 				t.Fatal(err)
 			}
@@ -235,7 +235,7 @@ func TestLostAnswerAllocation(t *testing.T) {
 			if _, err := other.Allocate(ctx, req("seed")); err != nil {
 				t.Fatal(err)
 			}
-			a := allocator.NewStoreAllocator(kvbacked.New(via), nil)
+			a := allocator.New(kvbacked.New(via), nil)
 
 			// Applied, answer lost.
 			p.dropNext(nil, nil)

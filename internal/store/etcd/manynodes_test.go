@@ -16,7 +16,7 @@ import (
 )
 
 // Many nodes allocate at once from shared pools on the typed store kept in
-// etcd (kvbacked, StoreAllocator): 50 nodes with 8 concurrent allocators
+// etcd (kvbacked, Allocator): 50 nodes with 8 concurrent allocators
 // each, 4 000 allocations (one IPv4 and one IPv6 address each: 80 per
 // node, so every node claims a second block of each pool while the others
 // allocate and claim), then every one released. No address may be handed
@@ -30,7 +30,7 @@ func TestManyNodes(t *testing.T) {
 	// binary on two cores: give requests room beyond the default timeout.
 	s := kvbacked.New(open(t, func(c *etcd.Config) { c.RequestTimeout = time.Minute }))
 	defer s.Close()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	ctx := t.Context()
 	for _, p := range []ipam.Pool{
 		{Name: "v4", CIDR: netip.MustParsePrefix("10.64.0.0/16"), BlockSize: 26},

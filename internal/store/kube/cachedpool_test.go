@@ -70,7 +70,7 @@ func firstADDPoolReads(t *testing.T, st *Store, log *requestLog, pool ipam.Pool)
 		}
 	}
 	log.take()
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	h := ipam.Handle{ID: ipam.HandleID("net", "c1", "eth0"), Network: "net", ContainerID: "c1", IfName: "eth0", Node: "node-" + pool.Name}
 	if _, err := a.Allocate(ctx, allocator.Request{Handle: h, Sets: [][]string{{pool.Name}}}); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@
 //  1. -nodes Nodes and -nodes x -pods Pods (bound to their nodes) are
 //     created through client-go, -conc at a time, and every pod gets an
 //     IPv4 address allocated through the typed store's allocator
-//     (allocator.StoreAllocator) in the -datastore: an embedded etcd, or
+//     (allocator.Allocator) in the -datastore: an embedded etcd, or
 //     the kube-apiserver's CRDs (a partition of its own), with the pod's
 //     namespace, name and UID recorded as the plugin's ADD records them;
 //  2. the real ipkeeper-controller binary runs as a process on that
@@ -137,7 +137,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer st.Close()
-	pods := fill(ctx, srv.Client, allocator.NewStoreAllocator(st, nil))
+	pods := fill(ctx, srv.Client, allocator.New(st, nil))
 
 	c := startController(ctx, bin, tmp, srv.AdminKubeconfig, env)
 	defer c.stop()
@@ -168,7 +168,7 @@ func main() {
 	cpu1, req1 := c.cpu(), c.requests()
 	hwm, rss := c.memory()
 
-	left, err := allocator.NewStoreAllocator(st, nil).Handles(ctx)
+	left, err := allocator.New(st, nil).Handles(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func main() {
 
 // fill creates the nodes and pods and allocates one address per pod; it
 // returns the pods' names, node by node.
-func fill(ctx context.Context, client kubernetes.Interface, a *allocator.StoreAllocator) []string {
+func fill(ctx context.Context, client kubernetes.Interface, a *allocator.Allocator) []string {
 	t0 := time.Now()
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		log.Fatal(err)

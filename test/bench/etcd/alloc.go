@@ -23,7 +23,7 @@ var handleSeq atomic.Int64
 // per node, so that the release-all measurement can undo them.
 type allocRun struct {
 	latency.Result
-	alloc *allocator.StoreAllocator
+	alloc *allocator.Allocator
 	mu    sync.Mutex
 	ids   map[int][]string // node -> handle IDs
 }
@@ -32,21 +32,21 @@ func nodeName(n int) string { return fmt.Sprintf("node-%04d", n) }
 
 // allocBench allocates from c workers for d on the typed store s, worker
 // w's i-th allocation on node (w+i*c) mod nodes. With locked, every worker
-// uses one StoreAllocator, whose per-node lock runs one allocation at a
+// uses one Allocator, whose per-node lock runs one allocation at a
 // time per node, as the plugin's node lock makes it; without, each worker
 // has its own allocator (as processes that do not take the node lock) and
 // concurrent allocations on one node conflict on its object.
 func allocBench(ctx context.Context, s store.Store, c, nodes int, locked bool, d time.Duration) *allocRun {
-	run := &allocRun{alloc: allocator.NewStoreAllocator(s, nil), ids: map[int][]string{}}
+	run := &allocRun{alloc: allocator.New(s, nil), ids: map[int][]string{}}
 	pool := ipam.Pool{Name: "bench", CIDR: netip.MustParsePrefix("10.0.0.0/12"), BlockSize: 26}
 	if _, err := run.alloc.EnsurePool(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	allocs := make([]*allocator.StoreAllocator, c)
+	allocs := make([]*allocator.Allocator, c)
 	for w := range allocs {
 		allocs[w] = run.alloc
 		if !locked {
-			allocs[w] = allocator.NewStoreAllocator(s, nil)
+			allocs[w] = allocator.New(s, nil)
 		}
 	}
 	run.Result = latency.Measure(c, d, func(w, i int) error {

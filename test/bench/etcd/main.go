@@ -6,7 +6,7 @@
 //     gateway client, at concurrency 1, 8 and 64;
 //  2. ipkeeper allocations/s with p50/p99 at the same concurrencies,
 //     spread over 50 nodes (one allocation at a time per node, as the
-//     plugin's node lock makes it), by allocator.StoreAllocator on the
+//     plugin's node lock makes it), by allocator.Allocator on the
 //     typed store kept in etcd (kvbacked), then the release of them all;
 //  3. one hot node with 16 concurrent allocations, without the node lock
 //     (16 allocators, each writing at the node object's version it last

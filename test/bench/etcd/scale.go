@@ -40,11 +40,11 @@ func scaleBench(ctx context.Context, open func(string, bool) *etcd.Store) {
 			probes[i] = fmt.Sprintf("node-%05d", rand.N(n))
 		}
 		for _, mode := range []string{"cold", "warm"} {
-			warm := allocator.NewStoreAllocator(s, nil)
+			warm := allocator.New(s, nil)
 			addDel := func(node, id string, fresh bool) time.Duration {
 				a := warm
 				if fresh {
-					a = allocator.NewStoreAllocator(s, nil)
+					a = allocator.New(s, nil)
 				}
 				t1 := time.Now()
 				_, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: id, Node: node, Network: "scale", IfName: "eth0"}, Sets: [][]string{{"scale"}}})

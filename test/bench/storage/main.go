@@ -142,21 +142,21 @@ func main() {
 	}
 	for _, b := range backends {
 		for _, mode := range []string{"cold", "warm"} {
-			s, err := b.open(fmt.Sprintf("v2-%s-%s", b.name, mode))
+			s, err := b.open(fmt.Sprintf("allocator-%s-%s", b.name, mode))
 			if err != nil {
 				log.Fatal(err)
 			}
-			setup := allocator.NewStoreAllocator(s, nil)
+			setup := allocator.New(s, nil)
 			for _, p := range []ipam.Pool{v4, v6} {
 				if _, err := setup.EnsurePool(ctx, p); err != nil {
 					log.Fatal(err)
 				}
 			}
-			warm := make([]*allocator.StoreAllocator, *flagNodes)
-			row("v2 / "+b.name, mode, func(node int) allocatorOps {
+			warm := make([]*allocator.Allocator, *flagNodes)
+			row("allocator / "+b.name, mode, func(node int) allocatorOps {
 				a := warm[node]
 				if a == nil || mode == "cold" {
-					a = allocator.NewStoreAllocator(s, nil)
+					a = allocator.New(s, nil)
 					warm[node] = a
 				}
 				return allocatorOps{
@@ -170,12 +170,12 @@ func main() {
 	fmt.Println()
 	for _, mode := range []string{"cold", "warm"} {
 		base := results["raw etcd/"+mode]
-		for _, name := range []string{"v2 / local", "v2 / etcd", "v2 / kubernetes"} {
+		for _, name := range []string{"allocator / local", "allocator / etcd", "allocator / kubernetes"} {
 			r, ok := results[name+"/"+mode]
 			if !ok {
 				continue
 			}
-			fmt.Printf("%-5s %-16s / raw etcd: throughput %.2fx, p50 %.2fx\n", mode, name, r.Rate()/base.Rate(),
+			fmt.Printf("%-5s %-22s / raw etcd: throughput %.2fx, p50 %.2fx\n", mode, name, r.Rate()/base.Rate(),
 				float64(r.Pct(50))/float64(base.Pct(50)))
 		}
 	}

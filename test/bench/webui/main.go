@@ -211,7 +211,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	a := allocator.NewStoreAllocator(st, nil)
+	a := allocator.New(st, nil)
 	h, err := a.Allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "bench.live.eth0", Node: "node-live", Network: "bench",
 		ContainerID: "live", IfName: "eth0", Namespace: "default", Pod: "live"}, Sets: [][]string{{"scale"}}})
 	committed := time.Now()
@@ -235,7 +235,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := allocator.NewStoreAllocator(st, nil).Release(ctx, "node-live", "bench.live.eth0"); err != nil {
+	if _, err := allocator.New(st, nil).Release(ctx, "node-live", "bench.live.eth0"); err != nil {
 		log.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

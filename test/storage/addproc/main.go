@@ -1,6 +1,6 @@
 // Command addproc is test/storage's stand-in for a plugin process on the
 // typed store: it opens one backend, allocates dual-stack addresses for
-// containers of one node with a fresh StoreAllocator each (as each plugin
+// containers of one node with a fresh Allocator each (as each plugin
 // exec is), and prints "ok <handle ID>" after each ADD returned — the
 // moment a runtime would have its result. The kill -9 test kills it at
 // random points. Not a product binary.
@@ -51,7 +51,7 @@ func main() {
 	for i := range *count {
 		c := fmt.Sprintf("%s-%d", *tag, i)
 		h := ipam.Handle{ID: ipam.HandleID("k8s", c, "eth0"), Network: "k8s", ContainerID: c, IfName: "eth0", Node: *node}
-		if _, err := allocator.NewStoreAllocator(s, nil).Allocate(ctx, allocator.Request{Handle: h, Sets: [][]string{{*v4}, {*v6}}}); err != nil {
+		if _, err := allocator.New(s, nil).Allocate(ctx, allocator.Request{Handle: h, Sets: [][]string{{*v4}, {*v6}}}); err != nil {
 			log.Fatal(err)
 		}
 		if _, err := fmt.Fprintln(os.Stdout, "ok", h.ID); err != nil {

@@ -177,7 +177,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 			t.Logf("%d first-layout allocations converted, %d released during Run", len(live), len(released))
 
 			s := kvbacked.New(cs.Store)
-			typed := allocator.NewStoreAllocator(s, nil)
+			typed := allocator.New(s, nil)
 			for _, o := range live {
 				h, ok, err := typed.Handle(ctx, o.node, o.id())
 				if err != nil || !ok || !sameAddrs(h.IPs, o.ips) {

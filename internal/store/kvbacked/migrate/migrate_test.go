@@ -113,12 +113,12 @@ func checkMigrated(t *testing.T, kvs kv.Store, want firstState) {
 	checkLoans(t, nodes)
 	// The allocator finds every handle whole from its node's object
 	// and the lenders its loans name.
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	for _, h := range want.Handles {
 		node := cmp.Or(h.Node, store.UnaffineNode)
 		got, ok, err := a.Handle(ctx, node, h.ID)
 		if err != nil || !ok || !sameAddrs(got.IPs, want.handleIPs(h.ID)) {
-			t.Errorf("StoreAllocator.Handle(%s, %s) = %v, %v, %v; want %v", node, h.ID, got.IPs, ok, err, want.handleIPs(h.ID))
+			t.Errorf("Allocator.Handle(%s, %s) = %v, %v, %v; want %v", node, h.ID, got.IPs, ok, err, want.handleIPs(h.ID))
 		}
 	}
 	for _, p := range []string{"blocks/", "affinity/", "handles/"} {
@@ -226,7 +226,7 @@ func TestMigrateFirstLayout(t *testing.T) {
 func releaseBorrowed(t *testing.T, s store.Store, want firstState) {
 	t.Helper()
 	ctx := t.Context()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	for _, c := range []struct{ node, container string }{
 		{"node-b", "btiny"}, // single-stack, borrowed
 		{"node-c", "cdual"}, // dual-stack, IPv4 borrowed

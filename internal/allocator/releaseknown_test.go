@@ -8,33 +8,33 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-// TestStoreReleaseRemembered: Release uses the node object the allocator
+// TestReleaseRemembered: Release uses the node object the allocator
 // last saw when it names the handle (no read: one write), but a copy that
 // does not name it is confirmed by a read (another process allocated it
 // since), and a copy whose record is stale conflicts and is read again:
 // what is released is always the handle as stored.
-func TestStoreReleaseRemembered(t *testing.T) {
+func TestReleaseRemembered(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		c := &counted{Store: s}
-		a := newStoreAllocator(t, c, v4Pool)
-		other := allocator.NewStoreAllocator(s, nil) // another process
+		a := newAllocator(t, c, v4Pool)
+		other := allocator.New(s, nil) // another process
 		ctx := t.Context()
-		if _, err := a.Allocate(ctx, storeReq("node-a", "x", "v4")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-a", "x", "v4")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Allocate(ctx, storeReq("node-a", "w", "v4")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-a", "w", "v4")); err != nil {
 			t.Fatal(err)
 		}
 		// Current copy naming the handle: one write, no read.
 		r0, w0 := c.reads.Load(), c.writes.Load()
-		if freed, err := a.Release(ctx, "node-a", storeReq("node-a", "w", "v4").Handle.ID); err != nil || len(freed) != 1 {
+		if freed, err := a.Release(ctx, "node-a", podRequest("node-a", "w", "v4").Handle.ID); err != nil || len(freed) != 1 {
 			t.Fatalf("Release(w) = %v, %v", freed, err)
 		}
 		if r, w := c.reads.Load()-r0, c.writes.Load()-w0; r != 0 || w != 1 {
 			t.Fatalf("a release on the remembered object took %d reads and %d writes, want 0 and 1", r, w)
 		}
 		// Allocated by another process since: a's copy does not name it.
-		y, err := other.Allocate(ctx, storeReq("node-a", "y", "v4"))
+		y, err := other.Allocate(ctx, podRequest("node-a", "y", "v4"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,11 +43,11 @@ func TestStoreReleaseRemembered(t *testing.T) {
 		}
 		// Released and allocated again by another process: a's copy of x
 		// is stale.
-		x := storeReq("node-a", "x", "v4").Handle.ID
+		x := podRequest("node-a", "x", "v4").Handle.ID
 		if _, err := other.Release(ctx, "node-a", x); err != nil {
 			t.Fatal(err)
 		}
-		x2, err := other.Allocate(ctx, storeReq("node-a", "x", "v4"))
+		x2, err := other.Allocate(ctx, podRequest("node-a", "x", "v4"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,9 +23,9 @@ func TestAllocateTogether(t *testing.T) {
 	p6 := ipam.Pool{Name: "t6", CIDR: netip.MustParsePrefix("fd00:7::/118"), BlockSize: 122}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		c := &counted{Store: s}
-		a := newStoreAllocator(t, c, p4, p6)
+		a := newAllocator(t, c, p4, p6)
 		// The node's first blocks and its object.
-		if _, err := a.Allocate(t.Context(), storeReq("node-a", "first", "t4", "t6")); err != nil {
+		if _, err := a.Allocate(t.Context(), podRequest("node-a", "first", "t4", "t6")); err != nil {
 			t.Fatal(err)
 		}
 		const workers, each = 16, 12 // 193 allocations: the /26 and /122 fill, new blocks are claimed
@@ -38,17 +38,17 @@ func TestAllocateTogether(t *testing.T) {
 			wg.Go(func() {
 				for i := range each {
 					container := fmt.Sprintf("w%d-%d", w, i)
-					req := storeReq("node-a", container, "t4", "t6")
+					req := podRequest("node-a", container, "t4", "t6")
 					if w == 0 && i == 3 {
 						req.Want = []netip.Addr{netip.MustParseAddr("10.7.3.200")} // a requested address: alone
 					}
 					if w == 1 && i == 5 {
-						req = storeReq("node-a", "w1-4", "t4", "t6") // a repeated ADD
+						req = podRequest("node-a", "w1-4", "t4", "t6") // a repeated ADD
 					}
 					if w == 2 || w == 3 {
 						// The same ADDs from two workers at once: often in
 						// one batch.
-						req = storeReq("node-a", fmt.Sprint("both-", i), "t4", "t6")
+						req = podRequest("node-a", fmt.Sprint("both-", i), "t4", "t6")
 					}
 					h, err := a.Allocate(t.Context(), req)
 					mu.Lock()
@@ -93,7 +93,7 @@ func TestAllocateTogether(t *testing.T) {
 		if h, ok := got[ipam.HandleID("net", "w0-3", "eth0")]; ok && h.IPs[0].Addr != netip.MustParseAddr("10.7.3.200") {
 			t.Errorf("requested 10.7.3.200, got %v", h.IPs)
 		}
-		all, err := allocator.NewStoreAllocator(s, nil).Handles(t.Context())
+		all, err := allocator.New(s, nil).Handles(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,16 +13,16 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-// TestStoreConcurrent: several allocators (as separate processes would
+// TestConcurrent: several allocators (as separate processes would
 // be) allocate dual-stack addresses for four nodes at once from pools
 // small enough that they claim every block and borrow, and release half
 // of them. No address ever has two holders, every allocation that
 // succeeded is held by its handle, every release left nothing behind.
-func TestStoreConcurrent(t *testing.T) {
+func TestConcurrent(t *testing.T) {
 	p4 := ipam.Pool{Name: "c4", CIDR: netip.MustParsePrefix("10.6.0.0/26"), BlockSize: 29}
 	p6 := ipam.Pool{Name: "c6", CIDR: netip.MustParsePrefix("fd00:6::/122"), BlockSize: 125}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		newStoreAllocator(t, s, p4, p6)
+		newAllocator(t, s, p4, p6)
 		const procs, nodes, each = 3, 4, 10
 		type result struct {
 			h        ipam.Handle
@@ -35,12 +35,12 @@ func TestStoreConcurrent(t *testing.T) {
 			errs    []error
 		)
 		for p := range procs {
-			a := allocator.NewStoreAllocator(s, nil)
+			a := allocator.New(s, nil)
 			for n := range nodes {
 				wg.Go(func() {
 					node := fmt.Sprint("node-", n)
 					for i := range each {
-						h, err := a.Allocate(t.Context(), storeReq(node, fmt.Sprintf("p%d-n%d-%d", p, n, i), "c4", "c6"))
+						h, err := a.Allocate(t.Context(), podRequest(node, fmt.Sprintf("p%d-n%d-%d", p, n, i), "c4", "c6"))
 						if errors.Is(err, allocator.ErrExhausted) {
 							continue
 						}
@@ -87,7 +87,7 @@ func TestStoreConcurrent(t *testing.T) {
 			t.Fatalf("only %d of %d allocations succeeded", len(results), procs*nodes*each)
 		}
 		// Everything released: nothing left, no loan.
-		a := allocator.NewStoreAllocator(s, nil)
+		a := allocator.New(s, nil)
 		for _, r := range results {
 			if !r.released {
 				if _, err := a.Release(t.Context(), r.h.Node, r.h.ID); err != nil {
@@ -104,20 +104,20 @@ func TestStoreConcurrent(t *testing.T) {
 	})
 }
 
-// TestStoreDeletePoolRacesAllocate: pool removal running against
+// TestDeletePoolRacesAllocate: pool removal running against
 // allocations never leaves an address in a removed pool, and either
 // refuses (addresses in use) or removes every block and claim.
-func TestStoreDeletePoolRacesAllocate(t *testing.T) {
+func TestDeletePoolRacesAllocate(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		for round := range 6 {
 			pool := v4Pool
 			pool.Name = fmt.Sprint("race", round)
-			a := newStoreAllocator(t, s, pool)
+			a := newAllocator(t, s, pool)
 			var wg sync.WaitGroup
 			var allocErr, delErr error
 			var h ipam.Handle
 			wg.Go(func() {
-				h, allocErr = allocator.NewStoreAllocator(s, nil).Allocate(t.Context(), storeReq(fmt.Sprint("node-", round%2), fmt.Sprint("r", round), pool.Name))
+				h, allocErr = allocator.New(s, nil).Allocate(t.Context(), podRequest(fmt.Sprint("node-", round%2), fmt.Sprint("r", round), pool.Name))
 			})
 			wg.Go(func() { delErr = a.DeletePool(t.Context(), pool.Name) })
 			wg.Wait()

@@ -14,7 +14,7 @@ import (
 // a handle only loans name carries the network, container and interface
 // its ID spells). Sorted by ID. This is what a node's CNI GC needs to
 // decide, without reading the rest of the cluster.
-func (a *StoreAllocator) NodeHandles(ctx context.Context, node string) ([]ipam.Handle, error) {
+func (a *Allocator) NodeHandles(ctx context.Context, node string) ([]ipam.Handle, error) {
 	own, err := a.readNode(ctx, node)
 	if err != nil {
 		return nil, err

@@ -10,23 +10,23 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// TestObserveStore: one read for a reconcile pass gives what
+// TestObserve: one read for a reconcile pass gives what
 // ObserveHandles, Blocks(""), AffineNodes and Pools give one by one, plus
 // the orphan claims (a claim whose node's object does not hold its
 // block), in three lists and no read of a single object. IPv4 and IPv6
 // side by side, a borrowed part included.
-func TestObserveStore(t *testing.T) {
+func TestObserve(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		a := newStoreAllocator(t, s, small, v6Pool)
+		a := newAllocator(t, s, small, v6Pool)
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(ctx, storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(ctx, podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// node-c: IPv6 in its own block, IPv4 borrowed (small has two blocks).
-		if _, err := a.Allocate(ctx, storeReq("node-c", "c", "small", "v6")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-c", "c", "small", "v6")); err != nil {
 			t.Fatal(err)
 		}
 		orphans := map[string]store.BlockRef{
@@ -40,14 +40,14 @@ func TestObserveStore(t *testing.T) {
 		}
 
 		c := &counted{Store: s}
-		snap, err := allocator.NewStoreAllocator(c, nil).ObserveStore(ctx)
+		snap, err := allocator.New(c, nil).Observe(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// counted sees the lists of claims and node objects and every
 		// single-object read (the list of pools it lets through).
 		if n := c.reads.Load(); n != 2 {
-			t.Errorf("ObserveStore made %d reads of claims and node objects, want the 2 lists", n)
+			t.Errorf("Observe made %d reads of claims and node objects, want the 2 lists", n)
 		}
 		obs, err := a.ObserveHandles(ctx)
 		if err != nil {

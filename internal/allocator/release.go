@@ -18,7 +18,7 @@ import (
 // the node's object; each lender's object a loan names is written first,
 // and the loan dropped last, so that a release that stops half way still
 // names what is left.
-func (a *StoreAllocator) Release(ctx context.Context, node, id string) ([]netip.Addr, error) {
+func (a *Allocator) Release(ctx context.Context, node, id string) ([]netip.Addr, error) {
 	if store.ValidName("node", node) != nil {
 		return nil, nil // no object can hold it
 	}
@@ -43,7 +43,7 @@ func (a *StoreAllocator) Release(ctx context.Context, node, id string) ([]netip.
 // allocations imported from whereabouts record no node, so the runtime's
 // DEL of such a pod, from whatever node, finds its address there. It costs
 // a DEL that found nothing in its node's object one read.
-func (a *StoreAllocator) releaseUnaffine(ctx context.Context, id string) ([]netip.Addr, error) {
+func (a *Allocator) releaseUnaffine(ctx context.Context, id string) ([]netip.Addr, error) {
 	n, err := a.store.GetNode(ctx, store.UnaffineNode)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -70,7 +70,7 @@ func (a *StoreAllocator) releaseUnaffine(ctx context.Context, id string) ([]neti
 
 // release frees what it can of handle id and returns what it freed, also
 // when it then fails.
-func (a *StoreAllocator) release(ctx context.Context, node, id string) (freed []netip.Addr, err error) {
+func (a *Allocator) release(ctx context.Context, node, id string) (freed []netip.Addr, err error) {
 	// The object as last seen (the plugin's open read it a moment ago) is
 	// used when it names the handle: the write is a compare-and-swap on
 	// its version, so a stale copy conflicts and is read again. That it
@@ -120,7 +120,7 @@ func addrs(ips []ipam.HandleIP) []netip.Addr {
 
 // Handle returns handle id of node, assembled from the node's object and
 // the lenders' objects its loans name.
-func (a *StoreAllocator) Handle(ctx context.Context, node, id string) (ipam.Handle, bool, error) {
+func (a *Allocator) Handle(ctx context.Context, node, id string) (ipam.Handle, bool, error) {
 	own, err := a.readNode(ctx, node)
 	if err != nil {
 		return ipam.Handle{}, false, err

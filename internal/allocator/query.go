@@ -14,7 +14,7 @@ import (
 
 // Blocks returns the blocks of one pool, or of every pool when pool is "",
 // sorted by pool then CIDR, each as its holder's object has it.
-func (a *StoreAllocator) Blocks(ctx context.Context, pool string) ([]ipam.Block, error) {
+func (a *Allocator) Blocks(ctx context.Context, pool string) ([]ipam.Block, error) {
 	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: pool})
 	if err != nil {
 		return nil, err
@@ -38,7 +38,7 @@ func (a *StoreAllocator) Blocks(ctx context.Context, pool string) ([]ipam.Block,
 
 // Block returns the block holding addr (or with prefix cidr) in the pool
 // whose CIDR holds it.
-func (a *StoreAllocator) Block(ctx context.Context, cidr netip.Prefix) (ipam.Pool, ipam.Block, error) {
+func (a *Allocator) Block(ctx context.Context, cidr netip.Prefix) (ipam.Pool, ipam.Block, error) {
 	pool, err := a.poolOf(ctx, cidr.Addr())
 	if err != nil {
 		return ipam.Pool{}, ipam.Block{}, err
@@ -48,7 +48,7 @@ func (a *StoreAllocator) Block(ctx context.Context, cidr netip.Prefix) (ipam.Poo
 }
 
 // blockOf reads the block of pool holding addr from its holder's object.
-func (a *StoreAllocator) blockOf(ctx context.Context, pool ipam.Pool, addr netip.Addr) (ipam.Block, error) {
+func (a *Allocator) blockOf(ctx context.Context, pool ipam.Pool, addr netip.Addr) (ipam.Block, error) {
 	blk, _ := addr.Prefix(pool.BlockSize)
 	ref := store.BlockRef{Pool: pool.Name, CIDR: blk}
 	c, err := a.store.GetClaim(ctx, ref)
@@ -69,7 +69,7 @@ func (a *StoreAllocator) blockOf(ctx context.Context, pool ipam.Pool, addr netip
 	return b, nil
 }
 
-func (a *StoreAllocator) poolOf(ctx context.Context, addr netip.Addr) (ipam.Pool, error) {
+func (a *Allocator) poolOf(ctx context.Context, addr netip.Addr) (ipam.Pool, error) {
 	pools, err := a.Pools(ctx)
 	if err != nil {
 		return ipam.Pool{}, err
@@ -85,14 +85,14 @@ func (a *StoreAllocator) poolOf(ctx context.Context, addr netip.Addr) (ipam.Pool
 // ReleaseAddr frees one address whoever holds it and drops it from its
 // handle's record, in one write of the object holding its block. It
 // returns the handle record that held it.
-func (a *StoreAllocator) ReleaseAddr(ctx context.Context, addr netip.Addr) (ipam.Handle, error) {
+func (a *Allocator) ReleaseAddr(ctx context.Context, addr netip.Addr) (ipam.Handle, error) {
 	return a.releaseAddr(ctx, func() (ipam.Pool, error) { return a.poolOf(ctx, addr) }, addr, "")
 }
 
 // ReleaseAddrHeldBy is ReleaseAddr for an address of a named pool that
 // only releases while the handle holder holds it (ErrHolderChanged
 // otherwise, ErrNotAllocated when it is free).
-func (a *StoreAllocator) ReleaseAddrHeldBy(ctx context.Context, poolName string, addr netip.Addr, holder string) (ipam.Handle, error) {
+func (a *Allocator) ReleaseAddrHeldBy(ctx context.Context, poolName string, addr netip.Addr, holder string) (ipam.Handle, error) {
 	return a.releaseAddr(ctx, func() (ipam.Pool, error) {
 		pool, err := a.Pool(ctx, poolName)
 		if err == nil && !pool.CIDR.Contains(addr) {
@@ -102,7 +102,7 @@ func (a *StoreAllocator) ReleaseAddrHeldBy(ctx context.Context, poolName string,
 	}, addr, holder)
 }
 
-func (a *StoreAllocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool, error), addr netip.Addr, holder string) (ipam.Handle, error) {
+func (a *Allocator) releaseAddr(ctx context.Context, findPool func() (ipam.Pool, error), addr netip.Addr, holder string) (ipam.Handle, error) {
 	var owner ipam.Handle
 	var lender string
 	err := a.retry(ctx, "release "+addr.String(), func() error {
@@ -153,7 +153,7 @@ func (a *StoreAllocator) releaseAddr(ctx context.Context, findPool func() (ipam.
 
 // dropLoanOf drops node's loan of handle id from lender once the lender's
 // object holds no record of it for node.
-func (a *StoreAllocator) dropLoanOf(ctx context.Context, node, id, lender string) error {
+func (a *Allocator) dropLoanOf(ctx context.Context, node, id, lender string) error {
 	defer a.lockNode(node)()
 	return a.retry(ctx, "drop the loan of "+id+" from "+lender, func() error {
 		ln, err := a.store.GetNode(ctx, lender)
@@ -180,7 +180,7 @@ func (a *StoreAllocator) dropLoanOf(ctx context.Context, node, id, lender string
 
 // ReleaseHandles releases every handle for which drop returns true and
 // returns the handles released.
-func (a *StoreAllocator) ReleaseHandles(ctx context.Context, drop func(ipam.Handle) bool) ([]ipam.Handle, error) {
+func (a *Allocator) ReleaseHandles(ctx context.Context, drop func(ipam.Handle) bool) ([]ipam.Handle, error) {
 	hs, err := a.Handles(ctx)
 	if err != nil {
 		return nil, err
@@ -200,7 +200,7 @@ func (a *StoreAllocator) ReleaseHandles(ctx context.Context, drop func(ipam.Hand
 
 // HasFree reports whether the node could get an address from the pool: a
 // free address in a block it may use, or an unclaimed block with room.
-func (a *StoreAllocator) HasFree(ctx context.Context, pool ipam.Pool, node string) (bool, error) {
+func (a *Allocator) HasFree(ctx context.Context, pool ipam.Pool, node string) (bool, error) {
 	blocks, err := a.Blocks(ctx, pool.Name)
 	if err != nil {
 		return false, err

@@ -12,7 +12,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-func observeOne(t *testing.T, a *allocator.StoreAllocator, id string) allocator.StoreObserved {
+func observeOne(t *testing.T, a *allocator.Allocator, id string) allocator.Observed {
 	t.Helper()
 	all, err := a.ObserveHandles(t.Context())
 	if err != nil {
@@ -24,24 +24,24 @@ func observeOne(t *testing.T, a *allocator.StoreAllocator, id string) allocator.
 		}
 	}
 	t.Fatalf("handle %s not observed", id)
-	return allocator.StoreObserved{}
+	return allocator.Observed{}
 }
 
-// TestStoreReleaseObserved: a guarded release frees what was observed —
+// TestReleaseObserved: a guarded release frees what was observed —
 // borrowed parts included — and never an allocation made again under
 // the same ID after the observation.
-func TestStoreReleaseObserved(t *testing.T) {
+func TestReleaseObserved(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, small, v6Pool)
+		a := newAllocator(t, s, small, v6Pool)
 		ctx := t.Context()
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(ctx, storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(ctx, podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// node-c's dual-stack handle: IPv6 in its own block, IPv4 borrowed.
-		h, err := a.Allocate(ctx, storeReq("node-c", "c", "small", "v6"))
+		h, err := a.Allocate(ctx, podRequest("node-c", "c", "small", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestStoreReleaseObserved(t *testing.T) {
 		}
 		// Observed, then released and allocated again under the same ID:
 		// the observation is stale and the new allocation stays.
-		h1, err := a.Allocate(ctx, storeReq("node-a", "again", "v6"))
+		h1, err := a.Allocate(ctx, podRequest("node-a", "again", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestStoreReleaseObserved(t *testing.T) {
 		if _, err := a.Release(ctx, "node-a", h1.ID); err != nil {
 			t.Fatal(err)
 		}
-		h2, err := a.Allocate(ctx, storeReq("node-a", "again", "v6"))
+		h2, err := a.Allocate(ctx, podRequest("node-a", "again", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,16 +88,16 @@ func sortedAddrs(ips []ipam.HandleIP) []netip.Addr {
 	return out
 }
 
-// TestStoreTakeOver: on a full pool the new sandbox of a pod takes its
+// TestTakeOver: on a full pool the new sandbox of a pod takes its
 // old sandbox's address over in one write; a stale observation, another
 // pod and a request the old addresses do not satisfy are refused.
-func TestStoreTakeOver(t *testing.T) {
+func TestTakeOver(t *testing.T) {
 	tiny := ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.5.0.0/30"), BlockSize: 30}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, tiny, v6Pool)
+		a := newAllocator(t, s, tiny, v6Pool)
 		ctx := t.Context()
 		sandbox := func(container string) allocator.Request {
-			r := storeReq("node-a", container, "tiny")
+			r := podRequest("node-a", container, "tiny")
 			r.Handle.PodUID, r.Handle.Pod = "uid-web", "web"
 			r.Handle.NetNS = "/var/run/netns/" + container
 			return r
@@ -106,7 +106,7 @@ func TestStoreTakeOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Allocate(ctx, storeReq("node-a", "other", "tiny")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-a", "other", "tiny")); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := a.Allocate(ctx, sandbox("new")); !errors.Is(err, allocator.ErrExhausted) {
@@ -116,7 +116,7 @@ func TestStoreTakeOver(t *testing.T) {
 		if err != nil || len(cands) != 1 || cands[0].Handle.ID != old.ID {
 			t.Fatalf("candidates = %+v, %v; want the old sandbox", cands, err)
 		}
-		if _, err := a.TakeOver(ctx, storeReq("node-a", "stranger", "tiny"), cands[0]); !errors.Is(err, allocator.ErrTakeoverRefused) {
+		if _, err := a.TakeOver(ctx, podRequest("node-a", "stranger", "tiny"), cands[0]); !errors.Is(err, allocator.ErrTakeoverRefused) {
 			t.Fatalf("another pod taking over = %v", err)
 		}
 		dual := sandbox("new")
@@ -140,15 +140,15 @@ func TestStoreTakeOver(t *testing.T) {
 	})
 }
 
-func TestStoreFreeNodeBlocks(t *testing.T) {
+func TestFreeNodeBlocks(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool, v6Pool)
+		a := newAllocator(t, s, v4Pool, v6Pool)
 		ctx := t.Context()
-		keep, err := a.Allocate(ctx, storeReq("gone", "keep", "v4"))
+		keep, err := a.Allocate(ctx, podRequest("gone", "keep", "v4"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		drop, err := a.Allocate(ctx, storeReq("gone", "drop", "v6"))
+		drop, err := a.Allocate(ctx, podRequest("gone", "drop", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,24 +191,24 @@ func TestStoreFreeNodeBlocks(t *testing.T) {
 	})
 }
 
-// TestStoreObserveLoanOnly: an ADD killed after writing its loan but
+// TestObserveLoanOnly: an ADD killed after writing its loan but
 // before the lender's record leaves a handle only a loan names; it is
 // observed (holding nothing) and released by ReleaseObserved and by
 // ReleaseHandles, so GC and the controller clean it up.
-func TestStoreObserveLoanOnly(t *testing.T) {
+func TestObserveLoanOnly(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, small)
+		a := newAllocator(t, s, small)
 		ctx := t.Context()
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(ctx, storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(ctx, podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, release := range []string{"observed", "handles"} {
-			req := storeReq("node-c", "half-"+release, "small")
+			req := podRequest("node-c", "half-"+release, "small")
 			c := &crashing{Store: s, crash: 2} // the loan is written, the lender's record is not
-			if _, err := allocator.NewStoreAllocator(c, nil).Allocate(ctx, req); !errors.Is(err, errCrash) {
+			if _, err := allocator.New(c, nil).Allocate(ctx, req); !errors.Is(err, errCrash) {
 				t.Fatalf("killed ADD = %v", err)
 			}
 			if l := loans(t, s); len(l) != 1 {

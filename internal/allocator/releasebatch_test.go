@@ -12,9 +12,9 @@ import (
 )
 
 // observedIDs picks the handles ids out of a snapshot, in that order.
-func observedIDs(t *testing.T, snap allocator.StoreSnapshot, ids ...string) []allocator.StoreObserved {
+func observedIDs(t *testing.T, snap allocator.Snapshot, ids ...string) []allocator.Observed {
 	t.Helper()
-	var out []allocator.StoreObserved
+	var out []allocator.Observed
 	for _, id := range ids {
 		found := false
 		for _, o := range snap.Handles {
@@ -30,20 +30,20 @@ func observedIDs(t *testing.T, snap allocator.StoreSnapshot, ids ...string) []al
 	return out
 }
 
-// TestStoreReleaseObservedAll: a node's observed handles are released in
-// one write of its object with no read (the object ObserveStore read);
+// TestReleaseObservedAll: a node's observed handles are released in
+// one write of its object with no read (the object Observe read);
 // a handle changed since the observation stays, also when the remembered
 // object is stale; a handle with a borrowed part is released whole.
-func TestStoreReleaseObservedAll(t *testing.T) {
+func TestReleaseObservedAll(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		c := &counted{Store: s}
-		a := newStoreAllocator(t, c, small, v6Pool)
-		other := allocator.NewStoreAllocator(s, nil) // another process
+		a := newAllocator(t, c, small, v6Pool)
+		other := allocator.New(s, nil) // another process
 		ctx := t.Context()
-		alloc := func(al *allocator.StoreAllocator, node, id string, pools ...string) ipam.Handle {
+		alloc := func(al *allocator.Allocator, node, id string, pools ...string) ipam.Handle {
 			t.Helper()
-			h, err := al.Allocate(ctx, storeReq(node, id, pools...))
+			h, err := al.Allocate(ctx, podRequest(node, id, pools...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,10 +61,10 @@ func TestStoreReleaseObservedAll(t *testing.T) {
 		}
 
 		// Fresh observation: three leaks of node-e (allocated by another
-		// process, so only ObserveStore's read tells a of its object),
+		// process, so only Observe's read tells a of its object),
 		// one write, no read.
 		b1, b2, b3 := alloc(other, "node-e", "b1", "v6"), alloc(other, "node-e", "b2", "v6"), alloc(other, "node-e", "b3", "v6")
-		snap, err := a.ObserveStore(ctx)
+		snap, err := a.Observe(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestStoreReleaseObservedAll(t *testing.T) {
 		// remembered object of node-a is stale too.
 		a1, a2 := alloc(a, "node-a", "a1", "v6"), alloc(a, "node-a", "a2", "v6")
 		cc := alloc(a, "node-c", "c", "small", "v6") // IPv4 borrowed
-		snap, err = a.ObserveStore(ctx)
+		snap, err = a.Observe(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func TestStoreReleaseObservedAll(t *testing.T) {
 		// taken for released: the verdict comes from a read.
 		alloc(a, "node-d", "d1", "v6")
 		d2 := alloc(other, "node-d", "d2", "v6")
-		res = a.ReleaseObservedAll(ctx, []allocator.StoreObserved{observeOne(t, a, d2.ID)})
+		res = a.ReleaseObservedAll(ctx, []allocator.Observed{observeOne(t, a, d2.ID)})
 		if res[0].Err != nil || len(res[0].Freed) != 1 {
 			t.Fatalf("d2, observed after the remembered object: %+v, want its address freed", res[0])
 		}

@@ -26,14 +26,14 @@ func TestReleaseAddrHeldByBorrowed(t *testing.T) {
 		t.Run(fam.name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				ctx := t.Context()
-				a := newStoreAllocator(t, s, fam.pool)
-				if _, err := a.Allocate(ctx, storeReq("node-a", "a", fam.pool.Name)); err != nil {
+				a := newAllocator(t, s, fam.pool)
+				if _, err := a.Allocate(ctx, podRequest("node-a", "a", fam.pool.Name)); err != nil {
 					t.Fatal(err)
 				}
 				// node-b borrows twice from node-a's block, the pool's only one.
 				var got []ipam.Handle
 				for _, c := range []string{"b1", "b2"} {
-					req := storeReq("node-b", c, fam.pool.Name, fam.pool.Name)
+					req := podRequest("node-b", c, fam.pool.Name, fam.pool.Name)
 					h, err := a.Allocate(ctx, req)
 					if err != nil {
 						t.Fatal(err)

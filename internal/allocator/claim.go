@@ -26,7 +26,7 @@ const storeClaimListAll = 64
 // do not all race for the same first block), the first few are tried
 // directly, then the pool's claims are listed and a free one is taken. It
 // reports false when every block is claimed.
-func (a *StoreAllocator) claimBlock(ctx context.Context, p ipam.Pool, node string) (netip.Prefix, bool, error) {
+func (a *Allocator) claimBlock(ctx context.Context, p ipam.Pool, node string) (netip.Prefix, bool, error) {
 	first, last := p.BlockSpan()
 	n := last - first + 1
 	start := first
@@ -90,7 +90,7 @@ func (a *StoreAllocator) claimBlock(ctx context.Context, p ipam.Pool, node strin
 // pool's claims after marking it, so either it sees this claim and writes
 // the node's object (failing the allocation's write), or this read sees
 // the mark.
-func (a *StoreAllocator) createClaim(ctx context.Context, p ipam.Pool, cidr netip.Prefix, node string) (store.Claim, error) {
+func (a *Allocator) createClaim(ctx context.Context, p ipam.Pool, cidr netip.Prefix, node string) (store.Claim, error) {
 	c, err := a.store.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: p.Name, CIDR: cidr}, Node: node})
 	if err != nil {
 		return store.Claim{}, err
@@ -123,7 +123,7 @@ func (a *StoreAllocator) createClaim(ctx context.Context, p ipam.Pool, cidr neti
 // pool, are left to pool removal and the checker. GC runs it for its
 // node, so that after a GC the checker finds the node's state whole. It
 // returns the blocks it adopted.
-func (a *StoreAllocator) AdoptClaims(ctx context.Context, node string) ([]store.BlockRef, error) {
+func (a *Allocator) AdoptClaims(ctx context.Context, node string) ([]store.BlockRef, error) {
 	if err := store.ValidName("node", node); err != nil {
 		return nil, err
 	}

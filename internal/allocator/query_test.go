@@ -11,15 +11,15 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-func TestStoreReleaseAddrAndQueries(t *testing.T) {
+func TestReleaseAddrAndQueries(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool, v6Pool)
+		a := newAllocator(t, s, v4Pool, v6Pool)
 		ctx := t.Context()
-		h, err := a.Allocate(ctx, storeReq("node-a", "dual", "v4", "v6"))
+		h, err := a.Allocate(ctx, podRequest("node-a", "dual", "v4", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := a.Allocate(ctx, storeReq("node-b", "other", "v4"))
+		other, err := a.Allocate(ctx, podRequest("node-b", "other", "v4"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,12 +67,12 @@ func TestStoreReleaseAddrAndQueries(t *testing.T) {
 	})
 }
 
-func TestStoreHasFreeFullPool(t *testing.T) {
+func TestHasFreeFullPool(t *testing.T) {
 	tiny := ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("fd00:5::/126"), BlockSize: 126}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, tiny)
+		a := newAllocator(t, s, tiny)
 		for _, c := range []string{"a", "b", "c"} {
-			if _, err := a.Allocate(t.Context(), storeReq("node-a", c, "tiny")); err != nil {
+			if _, err := a.Allocate(t.Context(), podRequest("node-a", c, "tiny")); err != nil {
 				t.Fatal(err)
 			}
 		}

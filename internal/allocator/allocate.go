@@ -26,8 +26,8 @@ import (
 // leaves names this handle and is found by DEL, GC or the controller. A
 // failure after the node's own write releases what was written.
 // Allocations of one node that wait for each other in this process are
-// written together when the node's blocks have room for them (v2batch.go).
-func (a *StoreAllocator) Allocate(ctx context.Context, req Request) (ipam.Handle, error) {
+// written together when the node's blocks have room for them (batch.go).
+func (a *Allocator) Allocate(ctx context.Context, req Request) (ipam.Handle, error) {
 	if req.Handle.ID == "" || store.ValidName("node", req.Handle.Node) != nil {
 		return ipam.Handle{}, fmt.Errorf("allocate: handle ID and a node name without '/' are required (node %q)", req.Handle.Node)
 	}
@@ -37,7 +37,7 @@ func (a *StoreAllocator) Allocate(ctx context.Context, req Request) (ipam.Handle
 // allocation is the state one attempt builds: the node's object and the
 // lenders' objects as they will be written.
 type allocation struct {
-	a       *StoreAllocator
+	a       *Allocator
 	node    string
 	own     store.Node
 	lenders map[string]store.Node
@@ -57,7 +57,7 @@ type allocation struct {
 // which is decided on the object as read.
 var errRemembered = errors.New("needs the node object as stored")
 
-func (a *StoreAllocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle, error) {
+func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle, error) {
 	node, id := req.Handle.Node, req.Handle.ID
 	own, hinted := a.lastKnown(node)
 	if hinted && (hasRecord(own, id) || len(own.LendersOf(id)) > 0) {
@@ -170,7 +170,7 @@ func hasRecord(n store.Node, id string) bool {
 
 // requestPools reads the pools a request names, creating those it defines
 // (as EnsurePool does).
-func (a *StoreAllocator) requestPools(ctx context.Context, req Request) (map[string]ipam.Pool, error) {
+func (a *Allocator) requestPools(ctx context.Context, req Request) (map[string]ipam.Pool, error) {
 	pools := map[string]ipam.Pool{}
 	if err := a.prefetchPools(ctx, req.poolNames()); err != nil {
 		return nil, err

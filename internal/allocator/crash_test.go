@@ -69,7 +69,7 @@ func (c *crashing) DeleteNode(ctx context.Context, n store.Node) error {
 	return c.Store.DeleteNode(ctx, n)
 }
 
-// TestStoreCrashPoints kills an ADD (and a DEL) before each of its writes
+// TestCrashPoints kills an ADD (and a DEL) before each of its writes
 // in turn — the crash points of docs/STORAGE.md — in every shape an
 // allocation takes: the node's own block, a new claim, a borrowed address,
 // a dual-stack handle with one family borrowed, a requested address in
@@ -77,19 +77,19 @@ func (c *crashing) DeleteNode(ctx context.Context, n store.Node) error {
 // the runtime's DEL of the killed ADD (what a kubelet does after a failed
 // ADD) leaves nothing of it; an ADD again succeeds with addresses of its
 // own; and the other handles are untouched.
-func TestStoreCrashPoints(t *testing.T) {
+func TestCrashPoints(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	scenarios := []struct {
 		name  string
 		setup func(t *testing.T, a prefixed) // on node-a and node-b
 		req   allocator.Request              // node-c's ADD
 	}{
-		{"own block", func(t *testing.T, a prefixed) { mustAdd(t, a, storeReq("node-c", "first", "v6")) }, storeReq("node-c", "x", "v6")},
-		{"new claim, dual-stack", nil, storeReq("node-c", "x", "v4", "v6")},
-		{"borrowed", fillSmall, storeReq("node-c", "x", "small")},
-		{"dual-stack, IPv4 borrowed", fillSmall, storeReq("node-c", "x", "small", "v6")},
-		{"requested in another node's block", func(t *testing.T, a prefixed) { mustAdd(t, a, storeReq("node-a", "a", "v4")) },
-			withWant(storeReq("node-c", "x", "v4"), "10.9.0.9")},
+		{"own block", func(t *testing.T, a prefixed) { mustAdd(t, a, podRequest("node-c", "first", "v6")) }, podRequest("node-c", "x", "v6")},
+		{"new claim, dual-stack", nil, podRequest("node-c", "x", "v4", "v6")},
+		{"borrowed", fillSmall, podRequest("node-c", "x", "small")},
+		{"dual-stack, IPv4 borrowed", fillSmall, podRequest("node-c", "x", "small", "v6")},
+		{"requested in another node's block", func(t *testing.T, a prefixed) { mustAdd(t, a, podRequest("node-a", "a", "v4")) },
+			withWant(podRequest("node-c", "x", "v4"), "10.9.0.9")},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -100,14 +100,14 @@ func TestStoreCrashPoints(t *testing.T) {
 					}
 					prefix := fmt.Sprintf("k%d-", crash)
 					pools := []ipam.Pool{renamed(small, prefix), renamed(v4Pool, prefix), renamed(v6Pool, prefix)}
-					a := newStoreAllocator(t, s, pools...)
+					a := newAllocator(t, s, pools...)
 					if sc.setup != nil {
 						sc.setup(t, prefixed{a, prefix})
 					}
 					before := storetest.Holders(t, s)
 					req := prefixReq(sc.req, prefix)
 					c := &crashing{Store: s, crash: crash}
-					_, err := allocator.NewStoreAllocator(c, nil).Allocate(t.Context(), req)
+					_, err := allocator.New(c, nil).Allocate(t.Context(), req)
 					if err == nil {
 						// No crash point left: the ADD wrote everything.
 						if crash == 1 {
@@ -125,7 +125,7 @@ func TestStoreCrashPoints(t *testing.T) {
 							t.Fatalf("crash at write %d: %s of %s became %q", crash, addr, id, after[addr])
 						}
 					}
-					fresh := allocator.NewStoreAllocator(s, nil)
+					fresh := allocator.New(s, nil)
 					if _, err := fresh.Release(t.Context(), req.Handle.Node, req.Handle.ID); err != nil {
 						t.Fatalf("crash at write %d: the runtime's DEL: %v", crash, err)
 					}
@@ -145,7 +145,7 @@ func TestStoreCrashPoints(t *testing.T) {
 					// The DEL of a borrowed handle, killed before each write.
 					for dcrash := int64(1); dcrash <= 4; dcrash++ {
 						c := &crashing{Store: s, crash: dcrash}
-						if _, err := allocator.NewStoreAllocator(c, nil).Release(t.Context(), req.Handle.Node, req.Handle.ID); err == nil {
+						if _, err := allocator.New(c, nil).Release(t.Context(), req.Handle.Node, req.Handle.ID); err == nil {
 							break
 						}
 						if got := storetest.Holders(t, s); len(got) < len(before) {
@@ -168,7 +168,7 @@ func TestStoreCrashPoints(t *testing.T) {
 // prefixed is an allocator whose pool names carry a prefix, so that each
 // crash point runs on pools of its own in one store.
 type prefixed struct {
-	*allocator.StoreAllocator
+	*allocator.Allocator
 	prefix string
 }
 
@@ -208,7 +208,7 @@ func mustAdd(t *testing.T, a prefixed, r allocator.Request) {
 func fillSmall(t *testing.T, a prefixed) {
 	t.Helper()
 	for _, node := range []string{"node-a", "node-b"} {
-		mustAdd(t, a, storeReq(node, node, "small"))
+		mustAdd(t, a, podRequest(node, node, "small"))
 	}
 }
 

@@ -31,9 +31,9 @@ var (
 	v6Pool = ipam.Pool{Name: "v6", CIDR: netip.MustParsePrefix("fd00:9::/120"), BlockSize: 124}
 )
 
-func newStoreAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocator.StoreAllocator {
+func newAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocator.Allocator {
 	t.Helper()
-	a := allocator.NewStoreAllocator(s, nil)
+	a := allocator.New(s, nil)
 	for _, p := range pools {
 		if _, err := a.EnsurePool(t.Context(), p); err != nil {
 			t.Fatal(err)
@@ -42,7 +42,9 @@ func newStoreAllocator(t *testing.T, s store.Store, pools ...ipam.Pool) *allocat
 	return a
 }
 
-func storeReq(node, container string, pools ...string) allocator.Request {
+// podRequest is the request of pod-<container>'s eth0 on node, one
+// pool set per name in pools.
+func podRequest(node, container string, pools ...string) allocator.Request {
 	r := allocator.Request{Handle: ipam.Handle{
 		ID: ipam.HandleID("net", container, "eth0"), Network: "net", ContainerID: container, IfName: "eth0",
 		Node: node, Namespace: "default", Pod: "pod-" + container, PodUID: "uid-" + container,

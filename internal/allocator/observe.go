@@ -13,10 +13,10 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// StoreObserved is a handle as one read of the node objects found it: the
+// Observed is a handle as one read of the node objects found it: the
 // handle assembled from all its records, and each record with the object
 // that holds it (the node's own, and lenders').
-type StoreObserved struct {
+type Observed struct {
 	Handle ipam.Handle
 	Parts  []ObservedPart
 }
@@ -32,20 +32,20 @@ type ObservedPart struct {
 // node then ID. An object that cannot be decoded fails
 // the whole list (ErrCorrupt): a reconciler must not decide on a partial
 // view.
-func (a *StoreAllocator) ObserveHandles(ctx context.Context) ([]StoreObserved, error) {
+func (a *Allocator) ObserveHandles(ctx context.Context) ([]Observed, error) {
 	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{})
 	if err != nil {
 		return nil, storeErr(err)
 	}
 	type key struct{ node, id string }
-	byKey := map[key]*StoreObserved{}
+	byKey := map[key]*Observed{}
 	var keys []key
 	for _, n := range nodes {
 		for _, r := range n.Handles {
 			k := key{r.Node, r.ID}
 			o := byKey[k]
 			if o == nil {
-				o = &StoreObserved{Handle: r}
+				o = &Observed{Handle: r}
 				o.Handle.IPs = nil
 				byKey[k] = o
 				keys = append(keys, k)
@@ -70,7 +70,7 @@ func (a *StoreAllocator) ObserveHandles(ctx context.Context) ([]StoreObserved, e
 			if byKey[k] != nil {
 				continue
 			}
-			o := &StoreObserved{Handle: ipam.Handle{ID: l.Handle, Node: n.Name}}
+			o := &Observed{Handle: ipam.Handle{ID: l.Handle, Node: n.Name}}
 			o.Handle.Network, o.Handle.ContainerID, o.Handle.IfName, _ = ipam.ParseHandleID(l.Handle)
 			byKey[k] = o
 			keys = append(keys, k)
@@ -82,7 +82,7 @@ func (a *StoreAllocator) ObserveHandles(ctx context.Context) ([]StoreObserved, e
 		}
 		return strings.Compare(x.id, y.id)
 	})
-	out := make([]StoreObserved, len(keys))
+	out := make([]Observed, len(keys))
 	for i, k := range keys {
 		out[i] = *byKey[k]
 	}
@@ -97,7 +97,7 @@ func (a *StoreAllocator) ObserveHandles(ctx context.Context) ([]StoreObserved, e
 // out again since the observation is never freed. Conflicts with other
 // writes to an object are retried from a fresh read, still guarded by the
 // observed record.
-func (a *StoreAllocator) ReleaseObserved(ctx context.Context, o StoreObserved) ([]netip.Addr, error) {
+func (a *Allocator) ReleaseObserved(ctx context.Context, o Observed) ([]netip.Addr, error) {
 	parts := slices.Clone(o.Parts)
 	slices.SortStableFunc(parts, func(x, y ObservedPart) int {
 		return boolOrder(x.Object == o.Handle.Node) - boolOrder(y.Object == o.Handle.Node)
@@ -160,7 +160,7 @@ func boolOrder(b bool) int {
 // network (takeoverIdentity), with all their addresses in the node's own
 // object (a handle with borrowed parts is no candidate: it could not
 // change owner in one write). Newest first, then by ID.
-func (a *StoreAllocator) TakeoverCandidates(ctx context.Context, h ipam.Handle) ([]StoreObserved, error) {
+func (a *Allocator) TakeoverCandidates(ctx context.Context, h ipam.Handle) ([]Observed, error) {
 	if h.PodUID == "" {
 		return nil, nil
 	}
@@ -168,14 +168,14 @@ func (a *StoreAllocator) TakeoverCandidates(ctx context.Context, h ipam.Handle) 
 	if err != nil {
 		return nil, err
 	}
-	var out []StoreObserved
+	var out []Observed
 	for _, r := range own.Handles {
 		if r.Node != h.Node || len(own.LendersOf(r.ID)) > 0 || takeoverIdentity(h, r) != nil {
 			continue
 		}
-		out = append(out, StoreObserved{Handle: r, Parts: []ObservedPart{{Object: own.Name, Record: r}}})
+		out = append(out, Observed{Handle: r, Parts: []ObservedPart{{Object: own.Name, Record: r}}})
 	}
-	slices.SortFunc(out, func(x, y StoreObserved) int {
+	slices.SortFunc(out, func(x, y Observed) int {
 		if c := y.Handle.Created.Compare(x.Handle.Created); c != 0 {
 			return c
 		}
@@ -192,7 +192,7 @@ func (a *StoreAllocator) TakeoverCandidates(ctx context.Context, h ipam.Handle) 
 // request exactly (matchSets); otherwise ErrTakeoverRefused. When old is
 // gone or changed it fails with ErrHandleChanged. The caller must have
 // proven that old's network namespace is gone.
-func (a *StoreAllocator) TakeOver(ctx context.Context, req Request, old StoreObserved) (ipam.Handle, error) {
+func (a *Allocator) TakeOver(ctx context.Context, req Request, old Observed) (ipam.Handle, error) {
 	if req.Handle.ID == "" || store.ValidName("node", req.Handle.Node) != nil {
 		return ipam.Handle{}, fmt.Errorf("take over: handle ID and a node name without '/' are required (node %q)", req.Handle.Node)
 	}
@@ -261,7 +261,7 @@ func (a *StoreAllocator) TakeOver(ctx context.Context, req Request, old StoreObs
 // with their claims, until those are released. Claims of the node whose
 // block its object does not hold are deleted too (Dropped). Only call it
 // for a node that is gone.
-func (a *StoreAllocator) FreeNodeBlocks(ctx context.Context, node string) (NodeCleanup, error) {
+func (a *Allocator) FreeNodeBlocks(ctx context.Context, node string) (NodeCleanup, error) {
 	var out NodeCleanup
 	if err := store.ValidName("node", node); err != nil {
 		return out, fmt.Errorf("free node blocks: %w", err)
@@ -310,7 +310,7 @@ func (a *StoreAllocator) FreeNodeBlocks(ctx context.Context, node string) (NodeC
 }
 
 // AffineNodes returns every node that holds blocks, with how many.
-func (a *StoreAllocator) AffineNodes(ctx context.Context) (map[string]int, error) {
+func (a *Allocator) AffineNodes(ctx context.Context) (map[string]int, error) {
 	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{})
 	if err != nil {
 		return nil, err
@@ -324,7 +324,7 @@ func (a *StoreAllocator) AffineNodes(ctx context.Context) (map[string]int, error
 
 // Handles returns every handle, assembled from its records, sorted by node
 // then ID.
-func (a *StoreAllocator) Handles(ctx context.Context) ([]ipam.Handle, error) {
+func (a *Allocator) Handles(ctx context.Context) ([]ipam.Handle, error) {
 	obs, err := a.ObserveHandles(ctx)
 	if err != nil {
 		return nil, err
@@ -338,7 +338,7 @@ func (a *StoreAllocator) Handles(ctx context.Context) ([]ipam.Handle, error) {
 
 // dropLoans releases a handle that only loans name (an ADD killed between
 // its writes): its loans go, unless a record of it exists by now.
-func (a *StoreAllocator) dropLoans(ctx context.Context, h ipam.Handle) error {
+func (a *Allocator) dropLoans(ctx context.Context, h ipam.Handle) error {
 	return a.retry(ctx, "release "+h.ID, func() error {
 		own, err := a.readNode(ctx, h.Node)
 		if err != nil {

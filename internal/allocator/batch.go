@@ -35,7 +35,7 @@ type allocQueue struct {
 	pending []*pendingAlloc
 }
 
-func (a *StoreAllocator) queueOf(node string) *allocQueue {
+func (a *Allocator) queueOf(node string) *allocQueue {
 	q, _ := a.queues.LoadOrStore(node, &allocQueue{})
 	return q.(*allocQueue)
 }
@@ -43,7 +43,7 @@ func (a *StoreAllocator) queueOf(node string) *allocQueue {
 // allocateQueued queues req, waits for the node's lock and returns the
 // result: computed by whoever held the lock and took the queue, or by this
 // call when it takes the queue itself.
-func (a *StoreAllocator) allocateQueued(ctx context.Context, req Request) (ipam.Handle, error) {
+func (a *Allocator) allocateQueued(ctx context.Context, req Request) (ipam.Handle, error) {
 	node := req.Handle.Node
 	q := a.queueOf(node)
 	me := &pendingAlloc{ctx: ctx, req: req}
@@ -78,7 +78,7 @@ func (q *allocQueue) finish(p *pendingAlloc, h ipam.Handle, err error) {
 }
 
 // allocateAlone is one allocation's attempts, under the node's lock.
-func (a *StoreAllocator) allocateAlone(ctx context.Context, req Request) (ipam.Handle, error) {
+func (a *Allocator) allocateAlone(ctx context.Context, req Request) (ipam.Handle, error) {
 	var out ipam.Handle
 	err := a.retry(ctx, "allocate "+req.Handle.ID, func() error {
 		var err error
@@ -92,7 +92,7 @@ func (a *StoreAllocator) allocateAlone(ctx context.Context, req Request) (ipam.H
 // object has room for, in order, and writes the object once with all of
 // them (ctx is the caller's, whose allocation is in batch). It returns the
 // allocations it did not commit, to run alone.
-func (a *StoreAllocator) commitTogether(ctx context.Context, q *allocQueue, batch []*pendingAlloc) []*pendingAlloc {
+func (a *Allocator) commitTogether(ctx context.Context, q *allocQueue, batch []*pendingAlloc) []*pendingAlloc {
 	node := batch[0].req.Handle.Node
 	cur, ok := a.lastKnown(node)
 	if !ok {
@@ -129,7 +129,7 @@ func (a *StoreAllocator) commitTogether(ctx context.Context, q *allocQueue, batc
 // also one an earlier allocation of the batch added —, requested
 // addresses, pools that cannot be had from memory, no room), which runs
 // alone.
-func (a *StoreAllocator) takeFromKnown(p *pendingAlloc, n store.Node) (store.Node, ipam.Handle, bool) {
+func (a *Allocator) takeFromKnown(p *pendingAlloc, n store.Node) (store.Node, ipam.Handle, bool) {
 	req := p.req
 	id := req.Handle.ID
 	if len(req.Want) > 0 || p.ctx.Err() != nil || hasRecord(n, id) || len(n.LendersOf(id)) > 0 {

@@ -21,11 +21,11 @@ type ReleaseOutcome struct {
 // with ErrHandleChanged and left untouched — but the handles whose
 // addresses all sit in their own node's object are released together,
 // one write of that object for all of them. The write is tried first on
-// the object as this allocator last saw it (the read ObserveStore made),
+// the object as this allocator last saw it (the read Observe made),
 // so a node's leaks usually cost one request in all; a conflict rereads.
 // Handles with borrowed parts or no records are released one by one.
 // The outcomes are in the order of obs.
-func (a *StoreAllocator) ReleaseObservedAll(ctx context.Context, obs []StoreObserved) []ReleaseOutcome {
+func (a *Allocator) ReleaseObservedAll(ctx context.Context, obs []Observed) []ReleaseOutcome {
 	out := make([]ReleaseOutcome, len(obs))
 	byNode := map[string][]int{}
 	var nodes []string
@@ -60,7 +60,7 @@ func (a *StoreAllocator) ReleaseObservedAll(ctx context.Context, obs []StoreObse
 
 // releaseRecords releases records of node's own object in one write,
 // each only while it is as observed. An error means nothing was written.
-func (a *StoreAllocator) releaseRecords(ctx context.Context, node string, recs []ipam.Handle) ([]ReleaseOutcome, error) {
+func (a *Allocator) releaseRecords(ctx context.Context, node string, recs []ipam.Handle) ([]ReleaseOutcome, error) {
 	var res []ReleaseOutcome
 	err := a.retry(ctx, fmt.Sprintf("release %d handles of node %s", len(recs), node), func() error {
 		n, known := a.lastKnown(node)

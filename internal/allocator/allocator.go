@@ -15,7 +15,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// StoreAllocator allocates and releases addresses on the typed storage
+// Allocator allocates and releases addresses on the typed storage
 // contract (package store, docs/STORAGE.md): every allocation and release
 // touching only its node's blocks — dual-stack included — is one write of
 // the node's object.
@@ -26,14 +26,14 @@ import (
 // another writer changed the object meanwhile the write fails and the
 // allocation is redone from a fresh read. A result that says the handle
 // exists is never taken from that memory: it is read.
-type StoreAllocator struct {
+type Allocator struct {
 	store store.Store
 	log   *slog.Logger
 	// nodeLocks serializes this process's allocations per node, so that
 	// they build on each other's writes instead of conflicting.
 	nodeLocks sync.Map // node -> *sync.Mutex
 	// queues holds each node's allocations waiting for its lock, to be
-	// committed together (v2batch.go).
+	// committed together (batch.go).
 	queues sync.Map // node -> *allocQueue
 	// known holds the last state of node objects read or written.
 	known sync.Map // node -> store.Node
@@ -61,18 +61,18 @@ type StoreAllocator struct {
 	Now func() time.Time
 }
 
-// NewStoreAllocator returns an allocator over s. A nil logger discards logs.
-func NewStoreAllocator(s store.Store, log *slog.Logger) *StoreAllocator {
+// New returns an allocator over s. A nil logger discards logs.
+func New(s store.Store, log *slog.Logger) *Allocator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &StoreAllocator{store: s, log: log, MaxAttempts: 100, BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond, Now: time.Now, PoolCacheTTL: 5 * time.Second}
+	return &Allocator{store: s, log: log, MaxAttempts: 100, BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond, Now: time.Now, PoolCacheTTL: 5 * time.Second}
 }
 
 // Store returns the datastore the allocator works on.
-func (a *StoreAllocator) Store() store.Store { return a.store }
+func (a *Allocator) Store() store.Store { return a.store }
 
-func (a *StoreAllocator) retry(ctx context.Context, op string, attempt func() error) error {
+func (a *Allocator) retry(ctx context.Context, op string, attempt func() error) error {
 	return retryConflicts(ctx, a.log, retryPolicy{a.MaxAttempts, a.BaseBackoff, a.MaxBackoff}, op, func() error {
 		err := attempt()
 		if errors.Is(err, store.ErrStale) {
@@ -85,7 +85,7 @@ func (a *StoreAllocator) retry(ctx context.Context, op string, attempt func() er
 	})
 }
 
-func (a *StoreAllocator) lockNode(node string) func() {
+func (a *Allocator) lockNode(node string) func() {
 	m, _ := a.nodeLocks.LoadOrStore(node, &sync.Mutex{})
 	mu := m.(*sync.Mutex)
 	mu.Lock()
@@ -93,7 +93,7 @@ func (a *StoreAllocator) lockNode(node string) func() {
 }
 
 // readNode reads a node object; an absent one is empty, at Version "".
-func (a *StoreAllocator) readNode(ctx context.Context, name string) (store.Node, error) {
+func (a *Allocator) readNode(ctx context.Context, name string) (store.Node, error) {
 	n, err := a.store.GetNode(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		a.known.Delete(name)
@@ -114,7 +114,7 @@ func (a *StoreAllocator) readNode(ctx context.Context, name string) (store.Node,
 // known to hold while the object is at that version (the opener either read
 // them or makes its first write require them). An absent node object
 // (Version "") is not remembered.
-func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool, claims ...store.Claim) {
+func (a *Allocator) Remember(n store.Node, pools []store.Pool, claims ...store.Claim) {
 	if n.Name != "" && n.Version != "" {
 		a.known.Store(n.Name, n)
 		blocks := map[store.BlockRef]bool{}
@@ -129,20 +129,20 @@ func (a *StoreAllocator) Remember(n store.Node, pools []store.Pool, claims ...st
 }
 
 // cachePools caches pools as read now.
-func (a *StoreAllocator) cachePools(pools []store.Pool) {
+func (a *Allocator) cachePools(pools []store.Pool) {
 	for _, p := range pools {
 		a.cachePool(p.Spec)
 	}
 }
 
 // cachePool caches p as read now.
-func (a *StoreAllocator) cachePool(p ipam.Pool) {
+func (a *Allocator) cachePool(p ipam.Pool) {
 	a.pools.Store(p.Name, cachedPool{pool: p, read: a.Now()})
 }
 
 // freshPool returns the cached pool name when it was read less than
 // PoolCacheTTL ago.
-func (a *StoreAllocator) freshPool(name string) (ipam.Pool, bool) {
+func (a *Allocator) freshPool(name string) (ipam.Pool, bool) {
 	v, ok := a.pools.Load(name)
 	if !ok {
 		return ipam.Pool{}, false
@@ -152,7 +152,7 @@ func (a *StoreAllocator) freshPool(name string) (ipam.Pool, bool) {
 }
 
 // lastKnown returns the node object as this process last saw it.
-func (a *StoreAllocator) lastKnown(name string) (store.Node, bool) {
+func (a *Allocator) lastKnown(name string) (store.Node, bool) {
 	v, ok := a.known.Load(name)
 	if !ok {
 		return store.Node{}, false
@@ -162,7 +162,7 @@ func (a *StoreAllocator) lastKnown(name string) (store.Node, bool) {
 
 // writeNode creates (Version "") or updates a node object and remembers
 // what it wrote; on a conflict it forgets the object.
-func (a *StoreAllocator) writeNode(ctx context.Context, n store.Node) (store.Node, error) {
+func (a *Allocator) writeNode(ctx context.Context, n store.Node) (store.Node, error) {
 	var out store.Node
 	var err error
 	switch {
@@ -210,14 +210,14 @@ func storeErr(err error) error {
 // handleOf assembles a handle from its record in the node's own object and
 // its records in the lenders' objects its loans name. It reports false
 // when the node holds neither a record nor a loan of id.
-func (a *StoreAllocator) handleOf(ctx context.Context, own store.Node, id string) (ipam.Handle, bool, error) {
+func (a *Allocator) handleOf(ctx context.Context, own store.Node, id string) (ipam.Handle, bool, error) {
 	h, _, ok, err := a.handleParts(ctx, own, id)
 	return h, ok, err
 }
 
 // handleParts is handleOf that also returns each record assembled, with
 // the object holding it.
-func (a *StoreAllocator) handleParts(ctx context.Context, own store.Node, id string) (ipam.Handle, []ObservedPart, bool, error) {
+func (a *Allocator) handleParts(ctx context.Context, own store.Node, id string) (ipam.Handle, []ObservedPart, bool, error) {
 	h, ok := own.Handle(id)
 	lenders := own.LendersOf(id)
 	if !ok && len(lenders) == 0 {
@@ -264,7 +264,7 @@ type cachedPool struct {
 // read less than PoolCacheTTL ago, else read (and cached) — once for all
 // the allocations that miss it together. A caller whose context is still
 // live when the shared read failed on its starter's context reads again.
-func (a *StoreAllocator) poolForAllocation(ctx context.Context, name string) (ipam.Pool, error) {
+func (a *Allocator) poolForAllocation(ctx context.Context, name string) (ipam.Pool, error) {
 	if p, ok := a.freshPool(name); ok {
 		return p, nil
 	}
@@ -299,7 +299,7 @@ type cachedPoolReader interface {
 // poolMaybeStale reads a pool for poolForAllocation, from the store's
 // cache when it has one: a stale pool is what that cache holds anyway,
 // and a claim reads the pool again, up to date (createClaim).
-func (a *StoreAllocator) poolMaybeStale(ctx context.Context, name string) (ipam.Pool, error) {
+func (a *Allocator) poolMaybeStale(ctx context.Context, name string) (ipam.Pool, error) {
 	if c, ok := a.store.(cachedPoolReader); ok {
 		return readPool(ctx, name, c.GetPoolCached)
 	}
@@ -309,7 +309,7 @@ func (a *StoreAllocator) poolMaybeStale(ctx context.Context, name string) (ipam.
 // prefetchPools reads every pool in one list when more than one of names
 // is not cached: a cold dual-stack ADD then pays one request for its
 // pools instead of one per pool.
-func (a *StoreAllocator) prefetchPools(ctx context.Context, names []string) error {
+func (a *Allocator) prefetchPools(ctx context.Context, names []string) error {
 	missing := 0
 	for _, n := range names {
 		if _, ok := a.freshPool(n); !ok {

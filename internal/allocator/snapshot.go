@@ -9,15 +9,15 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// StoreSnapshot is what one reconcile pass of ipkeeper-controller reads of
+// Snapshot is what one reconcile pass of ipkeeper-controller reads of
 // the store: every claim, then every node object, then every pool, each
 // list read once. Nothing in it is read per node.
-type StoreSnapshot struct {
+type Snapshot struct {
 	// Pools are every pool, sorted by name.
 	Pools []ipam.Pool
 	// Handles are every handle assembled from its records, as
 	// ObserveHandles returns them (sorted by node then ID).
-	Handles []StoreObserved
+	Handles []Observed
 	// Blocks are the blocks held in the object of the node their claim
 	// names, sorted by pool then CIDR: what Blocks(ctx, "") returns.
 	Blocks []ipam.Block
@@ -30,29 +30,29 @@ type StoreSnapshot struct {
 	Orphans map[string][]store.BlockRef
 }
 
-// ObserveStore reads the store for a reconcile pass in three lists:
+// Observe reads the store for a reconcile pass in three lists:
 // claims, node objects, pools. The claims are read first, so that a claim
 // whose node's write lands between the two reads is not taken for an
 // orphan. An object that cannot be decoded fails the whole read
 // (ErrCorrupt), as in ObserveHandles.
-func (a *StoreAllocator) ObserveStore(ctx context.Context) (StoreSnapshot, error) {
+func (a *Allocator) Observe(ctx context.Context) (Snapshot, error) {
 	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{})
 	if err != nil {
-		return StoreSnapshot{}, storeErr(err)
+		return Snapshot{}, storeErr(err)
 	}
 	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{})
 	if err != nil {
-		return StoreSnapshot{}, storeErr(err)
+		return Snapshot{}, storeErr(err)
 	}
 	pools, err := a.Pools(ctx)
 	if err != nil {
-		return StoreSnapshot{}, err
+		return Snapshot{}, err
 	}
 	// The handles are assembled by ObserveHandles itself, from the list
 	// just read instead of a second one.
-	handles, err := NewStoreAllocator(listedNodes{Store: a.store, nodes: nodes}, a.log).ObserveHandles(ctx)
+	handles, err := New(listedNodes{Store: a.store, nodes: nodes}, a.log).ObserveHandles(ctx)
 	if err != nil {
-		return StoreSnapshot{}, err
+		return Snapshot{}, err
 	}
 	byName := make(map[string]store.Node, len(nodes))
 	for _, n := range nodes {
@@ -60,7 +60,7 @@ func (a *StoreAllocator) ObserveStore(ctx context.Context) (StoreSnapshot, error
 		// Remembered, so that ReleaseObservedAll writes without a read.
 		a.known.Store(n.Name, n)
 	}
-	snap := StoreSnapshot{Pools: pools, Handles: handles, Affine: map[string]int{}, Orphans: map[string][]store.BlockRef{}}
+	snap := Snapshot{Pools: pools, Handles: handles, Affine: map[string]int{}, Orphans: map[string][]store.BlockRef{}}
 	for _, c := range claims {
 		snap.Affine[c.Node]++
 		if b, held := byName[c.Node].Block(c.BlockRef); held {

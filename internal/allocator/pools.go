@@ -14,14 +14,14 @@ import (
 // pool. An existing pool with the same definition is returned as is; one
 // created by an import takes the given definition (its first config); any
 // other difference fails with ErrPoolConflict, changing nothing.
-func (a *StoreAllocator) EnsurePool(ctx context.Context, def ipam.Pool) (ipam.Pool, error) {
+func (a *Allocator) EnsurePool(ctx context.Context, def ipam.Pool) (ipam.Pool, error) {
 	return a.ensurePool(ctx, def, false)
 }
 
 // ensurePool is EnsurePool; with missing (the caller just read the pool
 // as absent) its first attempt creates without reading first. The pool it
 // returns serves allocations for PoolCacheTTL.
-func (a *StoreAllocator) ensurePool(ctx context.Context, def ipam.Pool, missing bool) (ipam.Pool, error) {
+func (a *Allocator) ensurePool(ctx context.Context, def ipam.Pool, missing bool) (ipam.Pool, error) {
 	if err := def.Validate(); err != nil {
 		return ipam.Pool{}, err
 	}
@@ -65,7 +65,7 @@ func (a *StoreAllocator) ensurePool(ctx context.Context, def ipam.Pool, missing 
 
 // CreatePool stores a new pool; it fails with ErrPoolConflict when a pool
 // of that name exists.
-func (a *StoreAllocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
+func (a *Allocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
 	if err := pool.Validate(); err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (a *StoreAllocator) CreatePool(ctx context.Context, pool ipam.Pool) error {
 }
 
 // Pool returns one pool.
-func (a *StoreAllocator) Pool(ctx context.Context, name string) (ipam.Pool, error) {
+func (a *Allocator) Pool(ctx context.Context, name string) (ipam.Pool, error) {
 	return readPool(ctx, name, a.store.GetPool)
 }
 
@@ -91,7 +91,7 @@ func readPool(ctx context.Context, name string, get func(context.Context, string
 }
 
 // Pools returns every pool, sorted by name.
-func (a *StoreAllocator) Pools(ctx context.Context) ([]ipam.Pool, error) {
+func (a *Allocator) Pools(ctx context.Context) ([]ipam.Pool, error) {
 	ps, err := a.store.ListPools(ctx)
 	if err != nil {
 		return nil, storeErr(err)
@@ -117,7 +117,7 @@ func (a *StoreAllocator) Pools(ctx context.Context) ([]ipam.Pool, error) {
 // claiming (createClaim). The pool goes last: a removal that stops half
 // way leaves a marked pool that the next DeletePool finishes, or that
 // CancelPoolRemoval keeps.
-func (a *StoreAllocator) DeletePool(ctx context.Context, name string) error {
+func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 	var marked store.Pool
 	err := a.retry(ctx, "delete pool "+name, func() error {
 		p, err := a.store.GetPool(ctx, name)
@@ -157,7 +157,7 @@ func (a *StoreAllocator) DeletePool(ctx context.Context, name string) error {
 // removeMarked takes every block of a marked pool out of its holder's
 // object and deletes its claim, or, finding an address in use, clears the
 // mark and refuses.
-func (a *StoreAllocator) removeMarked(ctx context.Context, name string) error {
+func (a *Allocator) removeMarked(ctx context.Context, name string) error {
 	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: name})
 	if err != nil {
 		return err
@@ -232,7 +232,7 @@ func (a *StoreAllocator) removeMarked(ctx context.Context, name string) error {
 
 // CancelPoolRemoval keeps a pool that an interrupted DeletePool left
 // marked Deleting. It reports whether the pool was marked.
-func (a *StoreAllocator) CancelPoolRemoval(ctx context.Context, name string) (bool, error) {
+func (a *Allocator) CancelPoolRemoval(ctx context.Context, name string) (bool, error) {
 	var was bool
 	err := a.retry(ctx, "keep pool "+name, func() error {
 		p, err := a.store.GetPool(ctx, name)

@@ -14,7 +14,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
+func TestAllocateClaimsAndOneWrite(t *testing.T) {
 	cases := []struct {
 		name  string
 		pool  ipam.Pool
@@ -27,10 +27,10 @@ func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				cs := &counted{Store: s}
-				a := newStoreAllocator(t, cs, c.pool)
+				a := newAllocator(t, cs, c.pool)
 				var got []string
 				for i := range 2 {
-					h, err := a.Allocate(t.Context(), storeReq("node-a", fmt.Sprint("a", i), c.pool.Name))
+					h, err := a.Allocate(t.Context(), podRequest("node-a", fmt.Sprint("a", i), c.pool.Name))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -42,13 +42,13 @@ func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
 				// Warm: the node's block has room, so an ADD is one write
 				// and no read.
 				r0, w0 := cs.reads.Load(), cs.writes.Load()
-				if _, err := a.Allocate(t.Context(), storeReq("node-a", "a2", c.pool.Name)); err != nil {
+				if _, err := a.Allocate(t.Context(), podRequest("node-a", "a2", c.pool.Name)); err != nil {
 					t.Fatal(err)
 				}
 				if r, w := cs.reads.Load()-r0, cs.writes.Load()-w0; r != 0 || w != 1 {
 					t.Fatalf("a warm ADD made %d reads and %d writes, want 1 write and no read", r, w)
 				}
-				hb, err := a.Allocate(t.Context(), storeReq("node-b", "b0", c.pool.Name))
+				hb, err := a.Allocate(t.Context(), podRequest("node-b", "b0", c.pool.Name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -67,15 +67,15 @@ func TestStoreAllocateClaimsAndOneWrite(t *testing.T) {
 	}
 }
 
-func TestStoreAllocateDualStack(t *testing.T) {
+func TestAllocateDualStack(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
-		a := newStoreAllocator(t, cs, v4Pool, v6Pool)
-		if _, err := a.Allocate(t.Context(), storeReq("node-a", "c0", "v4", "v6")); err != nil {
+		a := newAllocator(t, cs, v4Pool, v6Pool)
+		if _, err := a.Allocate(t.Context(), podRequest("node-a", "c0", "v4", "v6")); err != nil {
 			t.Fatal(err)
 		}
 		r0, w0 := cs.reads.Load(), cs.writes.Load()
-		h, err := a.Allocate(t.Context(), storeReq("node-a", "c1", "v4", "v6"))
+		h, err := a.Allocate(t.Context(), podRequest("node-a", "c1", "v4", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,8 +86,8 @@ func TestStoreAllocateDualStack(t *testing.T) {
 			t.Fatalf("dual-stack ADD = %+v", h.IPs)
 		}
 		// Idempotent, from this allocator and from a fresh one.
-		for _, al := range []*allocator.StoreAllocator{a, allocator.NewStoreAllocator(s, nil)} {
-			again, err := al.Allocate(t.Context(), storeReq("node-a", "c1", "v4", "v6"))
+		for _, al := range []*allocator.Allocator{a, allocator.New(s, nil)} {
+			again, err := al.Allocate(t.Context(), podRequest("node-a", "c1", "v4", "v6"))
 			if err != nil || !slices.Equal(again.IPs, h.IPs) {
 				t.Fatalf("repeated ADD = %+v, %v; want %+v", again.IPs, err, h.IPs)
 			}
@@ -106,23 +106,23 @@ func TestStoreAllocateDualStack(t *testing.T) {
 	})
 }
 
-// TestStoreBorrowAndStrict: a node with no block left to claim borrows
+// TestBorrowAndStrict: a node with no block left to claim borrows
 // from another node's block (a loan in its object, the record in the
 // lender's), unless the pool is strict; releasing frees the lender's
 // address and drops the loan.
-func TestStoreBorrowAndStrict(t *testing.T) {
+func TestBorrowAndStrict(t *testing.T) {
 	small4 := ipam.Pool{Name: "small4", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	small6 := ipam.Pool{Name: "small6", CIDR: netip.MustParsePrefix("fd00:8::/123"), BlockSize: 124}
 	for _, p := range []ipam.Pool{small4, small6} {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
-				a := newStoreAllocator(t, s, p)
+				a := newAllocator(t, s, p)
 				for _, node := range []string{"node-a", "node-b"} {
-					if _, err := a.Allocate(t.Context(), storeReq(node, node+"-0", p.Name)); err != nil {
+					if _, err := a.Allocate(t.Context(), podRequest(node, node+"-0", p.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				h, err := a.Allocate(t.Context(), storeReq("node-c", "c0", p.Name))
+				h, err := a.Allocate(t.Context(), podRequest("node-c", "c0", p.Name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -133,7 +133,7 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 				if err != nil || !ok || !slices.Equal(got.IPs, h.IPs) {
 					t.Fatalf("Handle = %+v, %v, %v; want %+v", got, ok, err, h)
 				}
-				if again, err := allocator.NewStoreAllocator(s, nil).Allocate(t.Context(), storeReq("node-c", "c0", p.Name)); err != nil || !slices.Equal(again.IPs, h.IPs) {
+				if again, err := allocator.New(s, nil).Allocate(t.Context(), podRequest("node-c", "c0", p.Name)); err != nil || !slices.Equal(again.IPs, h.IPs) {
 					t.Fatalf("repeated borrowed ADD = %+v, %v", again, err)
 				}
 				if freed, err := a.Release(t.Context(), "node-c", h.ID); err != nil || len(freed) != 1 || freed[0] != h.IPs[0].Addr {
@@ -148,13 +148,13 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 				strict := p
 				strict.Name += "-strict"
 				strict.StrictAffinity = true
-				sa := newStoreAllocator(t, s, strict)
+				sa := newAllocator(t, s, strict)
 				for _, node := range []string{"node-a", "node-b"} {
-					if _, err := sa.Allocate(t.Context(), storeReq(node, node+"-s", strict.Name)); err != nil {
+					if _, err := sa.Allocate(t.Context(), podRequest(node, node+"-s", strict.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if _, err := sa.Allocate(t.Context(), storeReq("node-c", "cs", strict.Name)); !errors.Is(err, allocator.ErrExhausted) {
+				if _, err := sa.Allocate(t.Context(), podRequest("node-c", "cs", strict.Name)); !errors.Is(err, allocator.ErrExhausted) {
 					t.Fatalf("strict pool with every block claimed: %v, want ErrExhausted", err)
 				}
 			})
@@ -162,11 +162,11 @@ func TestStoreBorrowAndStrict(t *testing.T) {
 	}
 }
 
-func TestStoreAllocateWanted(t *testing.T) {
+func TestAllocateWanted(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool, v6Pool)
+		a := newAllocator(t, s, v4Pool, v6Pool)
 		ctx := t.Context()
-		if _, err := a.Allocate(ctx, storeReq("node-a", "a0", "v4")); err != nil {
+		if _, err := a.Allocate(ctx, podRequest("node-a", "a0", "v4")); err != nil {
 			t.Fatal(err)
 		}
 		cases := []struct {
@@ -185,7 +185,7 @@ func TestStoreAllocateWanted(t *testing.T) {
 			if netip.MustParseAddr(c.want).Is6() {
 				pool = "v6"
 			}
-			req := storeReq(c.node, fmt.Sprint("w", i), pool)
+			req := podRequest(c.node, fmt.Sprint("w", i), pool)
 			req.Want = []netip.Addr{netip.MustParseAddr(c.want)}
 			h, err := a.Allocate(ctx, req)
 			if c.err != nil {
@@ -205,23 +205,23 @@ func TestStoreAllocateWanted(t *testing.T) {
 	})
 }
 
-func TestStoreAllocateNoPool(t *testing.T) {
+func TestAllocateNoPool(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		sel := v4Pool
 		sel.Name, sel.NodeSelector = "selective", "zone == a"
 		off := v6Pool
 		off.Name, off.Disabled = "off", true
-		a := newStoreAllocator(t, s, sel, off)
-		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "selective")); !errors.Is(err, allocator.ErrNoPool) {
+		a := newAllocator(t, s, sel, off)
+		if _, err := a.Allocate(t.Context(), podRequest("node-b", "x", "selective")); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("pool selecting other nodes: %v, want ErrNoPool", err)
 		}
-		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "off")); !errors.Is(err, allocator.ErrNoPool) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-b", "x", "off")); !errors.Is(err, allocator.ErrNoPool) {
 			t.Fatalf("disabled pool: %v, want ErrNoPool", err)
 		}
-		if _, err := a.Allocate(t.Context(), storeReq("node-b", "x", "missing")); !errors.Is(err, allocator.ErrPoolNotFound) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-b", "x", "missing")); !errors.Is(err, allocator.ErrPoolNotFound) {
 			t.Fatalf("missing pool: %v, want ErrPoolNotFound", err)
 		}
-		req := storeReq("node-a", "x", "selective")
+		req := podRequest("node-a", "x", "selective")
 		req.Labels = map[string]string{"zone": "a"}
 		if _, err := a.Allocate(t.Context(), req); err != nil {
 			t.Fatalf("selected node: %v", err)
@@ -232,16 +232,16 @@ func TestStoreAllocateNoPool(t *testing.T) {
 	})
 }
 
-// TestStoreAllocateExhausted fills a pool (bounded: it has 30 usable
+// TestAllocateExhausted fills a pool (bounded: it has 30 usable
 // addresses) and expects ErrExhausted with nothing left behind.
-func TestStoreAllocateExhausted(t *testing.T) {
+func TestAllocateExhausted(t *testing.T) {
 	tiny := ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("10.7.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, tiny)
+		a := newAllocator(t, s, tiny)
 		var err error
 		n := 0
 		for ; n < 64; n++ {
-			if _, err = a.Allocate(t.Context(), storeReq(fmt.Sprint("node-", n%3), fmt.Sprint("c", n), "tiny")); err != nil {
+			if _, err = a.Allocate(t.Context(), podRequest(fmt.Sprint("node-", n%3), fmt.Sprint("c", n), "tiny")); err != nil {
 				break
 			}
 		}
@@ -254,15 +254,15 @@ func TestStoreAllocateExhausted(t *testing.T) {
 	})
 }
 
-// TestStoreFailedAddLeavesNothing: when a write after the node's own one
+// TestFailedAddLeavesNothing: when a write after the node's own one
 // fails (the lender's), the allocation is undone.
-func TestStoreFailedAddLeavesNothing(t *testing.T) {
+func TestFailedAddLeavesNothing(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
-		a := newStoreAllocator(t, cs, small)
+		a := newAllocator(t, cs, small)
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(t.Context(), podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -273,7 +273,7 @@ func TestStoreFailedAddLeavesNothing(t *testing.T) {
 			}
 			return nil
 		}
-		if _, err := a.Allocate(t.Context(), storeReq("node-c", "c0", "small")); !errors.Is(err, errInjected) {
+		if _, err := a.Allocate(t.Context(), podRequest("node-c", "c0", "small")); !errors.Is(err, errInjected) {
 			t.Fatalf("ADD with the lender's write failing = %v", err)
 		}
 		cs.failWrite = nil
@@ -286,16 +286,16 @@ func TestStoreFailedAddLeavesNothing(t *testing.T) {
 	})
 }
 
-func TestStoreEnsurePoolConflict(t *testing.T) {
+func TestEnsurePoolConflict(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		other := v4Pool
 		other.CIDR = netip.MustParsePrefix("10.10.0.0/24")
 		other.Gateway = netip.Addr{}
 		if _, err := a.EnsurePool(t.Context(), other); !errors.Is(err, allocator.ErrPoolConflict) {
 			t.Fatalf("EnsurePool with another definition: %v", err)
 		}
-		req := storeReq("node-a", "c", "v4")
+		req := podRequest("node-a", "c", "v4")
 		req.Define = []ipam.Pool{other}
 		if _, err := a.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrPoolConflict) {
 			t.Fatalf("ADD defining a conflicting pool: %v", err)
@@ -306,20 +306,20 @@ func TestStoreEnsurePoolConflict(t *testing.T) {
 	})
 }
 
-// TestStoreReleaseReportsEveryAttempt: a DEL that frees a lender's part,
+// TestReleaseReportsEveryAttempt: a DEL that frees a lender's part,
 // then conflicts on its own object and retries, still reports the
 // lender's address among those it freed.
-func TestStoreReleaseReportsEveryAttempt(t *testing.T) {
+func TestReleaseReportsEveryAttempt(t *testing.T) {
 	small := ipam.Pool{Name: "small", CIDR: netip.MustParsePrefix("10.8.0.0/27"), BlockSize: 28}
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		cs := &counted{Store: s}
-		a := newStoreAllocator(t, cs, small, v6Pool)
+		a := newAllocator(t, cs, small, v6Pool)
 		for _, node := range []string{"node-a", "node-b"} {
-			if _, err := a.Allocate(t.Context(), storeReq(node, node, "small")); err != nil {
+			if _, err := a.Allocate(t.Context(), podRequest(node, node, "small")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		h, err := a.Allocate(t.Context(), storeReq("node-c", "c", "small", "v6"))
+		h, err := a.Allocate(t.Context(), podRequest("node-c", "c", "small", "v6"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,14 +347,14 @@ func sortedAddrList(as []netip.Addr) []netip.Addr {
 	return out
 }
 
-// TestStoreReleaseUnaffine: an allocation imported without a node (as
+// TestReleaseUnaffine: an allocation imported without a node (as
 // whereabouts records none) lives in store.UnaffineNode's object; the
 // runtime's DEL from the pod's real node frees it.
-func TestStoreReleaseUnaffine(t *testing.T) {
+func TestReleaseUnaffine(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newStoreAllocator(t, s, v4Pool)
+		a := newAllocator(t, s, v4Pool)
 		n := nodealloc.AddBlock(store.Node{Name: store.UnaffineNode}, v4Pool, v4Pool.BlockAt(2))
-		h := storeReq(store.UnaffineNode, "imported", "v4").Handle
+		h := podRequest(store.UnaffineNode, "imported", "v4").Handle
 		n, ip, err := nodealloc.Take(n, v4Pool, h)
 		if err != nil {
 			t.Fatal(err)

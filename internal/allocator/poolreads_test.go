@@ -52,19 +52,19 @@ func TestConcurrentAllocationsReadAPoolOnce(t *testing.T) {
 	}{{"IPv4", v4Pool.Name}, {"IPv6", v6Pool.Name}} {
 		t.Run(c.name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
-				first := newStoreAllocator(t, s, v4Pool, v6Pool)
+				first := newAllocator(t, s, v4Pool, v6Pool)
 				for i := range nodes {
-					if _, err := first.Allocate(t.Context(), storeReq(fmt.Sprint("node-", i), fmt.Sprint("warm", i), c.pool)); err != nil {
+					if _, err := first.Allocate(t.Context(), podRequest(fmt.Sprint("node-", i), fmt.Sprint("warm", i), c.pool)); err != nil {
 						t.Fatal(err)
 					}
 				}
 				h := &herdStore{Store: s, want: nodes, hold: 300 * time.Millisecond, all: make(chan struct{})}
-				a := allocator.NewStoreAllocator(h, nil)
+				a := allocator.New(h, nil)
 				var wg sync.WaitGroup
 				errs := make(chan error, nodes)
 				for i := range nodes {
 					wg.Go(func() {
-						_, err := a.Allocate(t.Context(), storeReq(fmt.Sprint("node-", i), fmt.Sprint("c", i), c.pool))
+						_, err := a.Allocate(t.Context(), podRequest(fmt.Sprint("node-", i), fmt.Sprint("c", i), c.pool))
 						errs <- err
 					})
 				}
@@ -103,10 +103,10 @@ func TestDefinedPoolReadsOnFirstADD(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
 				pg := &poolGets{Store: s}
-				a := allocator.NewStoreAllocator(pg, nil)
+				a := allocator.New(pg, nil)
 				add := func(id string) {
 					t.Helper()
-					req := storeReq("node-a", id, p.Name)
+					req := podRequest("node-a", id, p.Name)
 					req.Define = []ipam.Pool{p}
 					if _, err := a.Allocate(t.Context(), req); err != nil {
 						t.Fatal(err)
@@ -150,24 +150,24 @@ func TestSharedPoolReadCancelled(t *testing.T) {
 	for _, p := range []ipam.Pool{v4Pool, v6Pool} {
 		t.Run(p.Name, func(t *testing.T) {
 			storeBackends(t, func(t *testing.T, s store.Store) {
-				first := newStoreAllocator(t, s, p)
+				first := newAllocator(t, s, p)
 				for _, n := range []string{"node-a", "node-b"} {
-					if _, err := first.Allocate(t.Context(), storeReq(n, "warm-"+n, p.Name)); err != nil {
+					if _, err := first.Allocate(t.Context(), podRequest(n, "warm-"+n, p.Name)); err != nil {
 						t.Fatal(err)
 					}
 				}
 				st := &stallFirstPoolRead{Store: s, started: make(chan struct{})}
-				a := allocator.NewStoreAllocator(st, nil)
+				a := allocator.New(st, nil)
 				ctx, cancel := context.WithCancel(t.Context())
 				starter := make(chan error, 1)
 				go func() {
-					_, err := a.Allocate(ctx, storeReq("node-a", "c1", p.Name))
+					_, err := a.Allocate(ctx, podRequest("node-a", "c1", p.Name))
 					starter <- err
 				}()
 				<-st.started
 				waiter := make(chan error, 1)
 				go func() {
-					_, err := a.Allocate(t.Context(), storeReq("node-b", "c2", p.Name))
+					_, err := a.Allocate(t.Context(), podRequest("node-b", "c2", p.Name))
 					waiter <- err
 				}()
 				time.Sleep(50 * time.Millisecond) // the waiter joins the stalled read

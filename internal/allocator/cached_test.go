@@ -34,7 +34,7 @@ func (s *staleClaims) ListClaims(ctx context.Context, sel store.ClaimSelector) (
 func TestStaleClaimListNeverAdopted(t *testing.T) {
 	storeBackends(t, func(t *testing.T, s store.Store) {
 		ctx := t.Context()
-		newStoreAllocator(t, s, v4Pool)
+		newAllocator(t, s, v4Pool)
 		claim := func(i uint64, node string) store.Claim {
 			c, err := s.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: v4Pool.Name, CIDR: v4Pool.BlockAt(i)}, Node: node})
 			if err != nil {
@@ -52,8 +52,8 @@ func TestStaleClaimListNeverAdopted(t *testing.T) {
 			t.Fatal(err)
 		}
 		claim(3, "node-b")
-		a := newStoreAllocator(t, &staleClaims{Store: s, stale: stale}, v4Pool)
-		h, err := a.Allocate(ctx, storeReq("node-a", "c1", v4Pool.Name))
+		a := newAllocator(t, &staleClaims{Store: s, stale: stale}, v4Pool)
+		h, err := a.Allocate(ctx, podRequest("node-a", "c1", v4Pool.Name))
 		if err != nil {
 			t.Fatal(err)
 		}
