@@ -198,7 +198,7 @@ func (n *node) handles(t *testing.T) []ipam.Handle {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	hs, err := allocator.NewStoreAllocator(s, nil).Handles(ctx)
+	hs, err := allocator.New(s, nil).Handles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
