@@ -119,7 +119,7 @@ func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
 		a.refuseCNI(w, &req, plugin.VerbError(req.Command, err))
 		return
 	}
-	out, cerr := a.cni.ServeContext(r.Context(), req.Command, args)
+	out, cerr := a.cni.ServeContext(r.Context(), req.Command, args, conf)
 	ans := podinfo.CNIAnswer{Stdout: out}
 	if cerr != nil {
 		ans = podinfo.CNIAnswer{Error: &podinfo.CNIError{Code: cerr.Code, Msg: cerr.Msg, Details: cerr.Details}}

@@ -72,7 +72,7 @@ type Range struct {
 	Exclude []netip.Prefix
 	// UsePodCIDR is 4 or 6 for a range whose subnet is "usePodCidr" or
 	// "usePodCidrIPv6": the node's pod CIDR of that family. Parse leaves
-	// Subnet zero; ParseForNode fills it in and sets UsePodCIDR to 0.
+	// Subnet zero; IPAM.ForNode fills it in and sets UsePodCIDR to 0.
 	UsePodCIDR int
 }
 
@@ -140,6 +140,10 @@ type IPAM struct {
 	// Exclude is ipam.exclude as given (masked). With ranges each entry is also
 	// copied into every Range it overlaps; with pools the allocator applies it.
 	Exclude []netip.Prefix
+	// podCIDRSpecs are the ranges as parsed, with the key paths their
+	// messages name, while a range still stands for the node's pod CIDR
+	// (usePodCidr): ForNode fills them in. nil otherwise.
+	podCIDRSpecs []*rangeSpec
 	// Kubeconfig is ipam.kubernetes.kubeconfig: pod-aware allocation reads
 	// the pod, its namespace and the node with it; "" when not given.
 	Kubeconfig string
@@ -154,7 +158,7 @@ type IPAM struct {
 func (c *IPAM) PodAware() bool { return c.Kubeconfig != "" || c.AgentSocket != "" }
 
 // NeedsPodCIDR reports whether a range uses the node's pod CIDR of the
-// family (4 or 6): the config must then be parsed again with ParseForNode.
+// family (4 or 6): IPAM.ForNode then fills in the node's pod CIDR.
 func (c *IPAM) NeedsPodCIDR(family int) bool {
 	for _, set := range c.RangeSets {
 		for _, r := range set {
@@ -217,9 +221,43 @@ func Parse(netconf []byte) (*IPAM, error) {
 // subnets; the resulting ranges are validated like any other. A family
 // the node has no pod CIDR of is an error wrapping ErrNoPodCIDR.
 func ParseForNode(netconf []byte, podCIDRs []netip.Prefix) (*IPAM, error) {
-	env := osEnvironment()
-	env.podCIDRs = append([]netip.Prefix{}, podCIDRs...)
-	return parse(netconf, env)
+	c, err := Parse(netconf)
+	if err != nil {
+		return nil, err
+	}
+	return c.ForNode(podCIDRs)
+}
+
+// ForNode returns a copy of c with the node's pod CIDRs (its Node's
+// spec.podCIDRs) in place of "usePodCidr" (IPv4) and "usePodCidrIPv6"
+// subnets, validated like any other range; c itself is not changed. A
+// config without such ranges is returned as it is. A family the node has
+// no pod CIDR of is an error wrapping ErrNoPodCIDR.
+func (c *IPAM) ForNode(podCIDRs []netip.Prefix) (*IPAM, error) {
+	if c.podCIDRSpecs == nil {
+		return c, nil
+	}
+	specs := make([]*rangeSpec, len(c.podCIDRSpecs))
+	for i, s := range c.podCIDRSpecs {
+		cp := *s
+		specs[i] = &cp
+	}
+	out := *c
+	out.podCIDRSpecs = nil
+	if err := podCIDRRanges(specs, &out, environment{podCIDRs: append([]netip.Prefix{}, podCIDRs...)}); err != nil {
+		return nil, err
+	}
+	if err := checkRanges(specs); err != nil {
+		return nil, err
+	}
+	if err := checkBlockSizes(&out, specs); err != nil {
+		return nil, err
+	}
+	var err error
+	if out.RangeSets, err = assemble(specs, out.Exclude, out.BlockSize, out.BlockSizeV6); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // rawNetconf holds the top-level keys Parse looks at.

@@ -177,8 +177,13 @@ func ipamAddresses(ri *rawIPAM, out *IPAM, env environment, hostLocalKey, wherea
 	if err := blockSizes(ri, out, specs); err != nil {
 		return err
 	}
-	out.RangeSets, err = assemble(specs, out.Exclude, out.BlockSize, out.BlockSizeV6)
-	return err
+	if out.RangeSets, err = assemble(specs, out.Exclude, out.BlockSize, out.BlockSizeV6); err != nil {
+		return err
+	}
+	if out.NeedsPodCIDR(4) || out.NeedsPodCIDR(6) {
+		out.podCIDRSpecs = specs
+	}
+	return nil
 }
 
 // ipamOptions sets what the result carries besides addresses (routes,
@@ -314,6 +319,12 @@ func blockSizes(ri *rawIPAM, out *IPAM, specs []*rangeSpec) error {
 				out.BlockSizeV6, 1<<ipam.MaxBlockHostBits, 128-ipam.MaxBlockHostBits)
 		}
 	}
+	return checkBlockSizes(out, specs)
+}
+
+// checkBlockSizes checks that an explicit block fits every range subnet
+// of its family (usePodCidr placeholders are checked once filled in).
+func checkBlockSizes(out *IPAM, specs []*rangeSpec) error {
 	for _, s := range specs {
 		if s.r.UsePodCIDR != 0 {
 			continue

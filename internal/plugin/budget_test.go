@@ -75,7 +75,7 @@ func TestServeContextEnds(t *testing.T) {
 	conf := h.conf("1.1.0", v4Ranges)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if out, e := h.p.ServeContext(ctx, "ADD", h.args("gone", conf)); e == nil || e.Code != 11 {
+	if out, e := h.p.ServeContext(ctx, "ADD", h.args("gone", conf), nil); e == nil || e.Code != 11 {
 		t.Fatalf("ADD for a caller that left: %s %v, want error 11", out, e)
 	}
 	if res, err := h.add("next", conf); err != nil || len(res.IPs) != 1 || addrs(res)[0] != netip.MustParseAddr("10.20.0.2") {

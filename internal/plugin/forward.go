@@ -26,12 +26,13 @@ import (
 // be reached, or is not ready, is not an error: the verb runs through
 // ipkeeper-kube (handOff) as without an agent. A binary that links the
 // kubernetes datastore (ipkeeper-kube) or serves it (the agent's, with
-// KubeAllocator) never forwards.
+// KubeAllocator) never forwards. p carries the verb's parsed config
+// (withConfig).
 func (p *Plugin) forward(command string, args *skel.CmdArgs) (bool, error) {
 	if p.KubeAllocator != nil || datastore.KubernetesLinked() {
 		return false, nil
 	}
-	conf := kubeDatastoreConf(args.StdinData)
+	conf := kubeDatastore(p.parsed.conf)
 	if conf == nil || conf.AgentSocket == "" {
 		return false, nil
 	}
@@ -61,7 +62,7 @@ func (p *Plugin) forward(command string, args *skel.CmdArgs) (bool, error) {
 		if err := c.Ready(actx); err != nil {
 			p.Log.Warn("ipkeeper agent not ready; the kubernetes datastore is served by "+KubeBinary, "socket", conf.AgentSocket, "err", err)
 			h.agentErr = err
-			return true, handOff(args.StdinData, false, h)
+			return true, handOff(conf, args.StdinData, false, h)
 		}
 	}
 	ans, err := c.CNI(actx, podinfo.CNIRequest{Command: command, ContainerID: args.ContainerID, NetNS: args.Netns,
@@ -70,7 +71,7 @@ func (p *Plugin) forward(command string, args *skel.CmdArgs) (bool, error) {
 	case errors.Is(err, podinfo.ErrAgentUnreachable), errors.Is(err, podinfo.ErrAgentNotReady):
 		p.Log.Warn("ipkeeper agent unreachable; the kubernetes datastore is served by "+KubeBinary, "socket", conf.AgentSocket, "err", err)
 		h.agentErr = err
-		return true, handOff(args.StdinData, false, h)
+		return true, handOff(conf, args.StdinData, false, h)
 	case errors.Is(err, podinfo.ErrWrongNode):
 		return true, fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	case err != nil:
@@ -116,10 +117,14 @@ func withNodeName(stdin []byte, node string) ([]byte, error) {
 
 // ServeContext is Serve under ctx: the verb stops (as at its deadline)
 // when ctx ends, as an agent's request does when the plugin that sent it
-// gave up waiting and ran the verb itself.
-func (p *Plugin) ServeContext(ctx context.Context, command string, args *skel.CmdArgs) ([]byte, *types.Error) {
+// gave up waiting and ran the verb itself. conf, when not nil, is
+// args.StdinData as Validate parsed it: the verb does not parse it again.
+func (p *Plugin) ServeContext(ctx context.Context, command string, args *skel.CmdArgs, conf *config.IPAM) ([]byte, *types.Error) {
 	q := *p
 	q.parent = ctx
+	if conf != nil {
+		q.parsed = &parsed{conf: conf}
+	}
 	return q.Serve(command, args)
 }
 

@@ -1,12 +1,10 @@
 package plugin
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
@@ -21,34 +19,14 @@ import (
 // local and etcd users would pay on every ADD and DEL.
 const KubeBinary = "ipkeeper-kube"
 
-// kubeConf remembers the last config kubeDatastoreConf parsed: Main's
-// hand-off check and the verb's forward look at the same stdin, and a
-// pod-aware config ("kubernetes": {...}) of any datastore would otherwise
-// be parsed once more for each.
-var kubeConf struct {
-	sync.Mutex
-	stdin []byte
-	conf  *config.IPAM
-}
-
-// kubeDatastoreConf returns the config on stdin when it keeps its state
-// in the Kubernetes API, else nil (also for a config the verb will refuse
-// itself). A config that does not mention "kubernetes" anywhere cannot
-// name that datastore and is not parsed.
-func kubeDatastoreConf(stdin []byte) *config.IPAM {
-	if !bytes.Contains(stdin, []byte(config.DatastoreKubernetes)) {
+// kubeDatastore returns conf when it keeps its state in the Kubernetes
+// API, else nil (also for a config that did not parse: the verb reports
+// it).
+func kubeDatastore(conf *config.IPAM) *config.IPAM {
+	if conf == nil || conf.Datastore.Type != config.DatastoreKubernetes {
 		return nil
 	}
-	kubeConf.Lock()
-	defer kubeConf.Unlock()
-	if kubeConf.stdin == nil || !bytes.Equal(kubeConf.stdin, stdin) {
-		conf, err := config.Parse(stdin)
-		if err != nil || conf.Datastore.Type != config.DatastoreKubernetes {
-			conf = nil
-		}
-		kubeConf.stdin, kubeConf.conf = bytes.Clone(stdin), conf
-	}
-	return kubeConf.conf
+	return conf
 }
 
 // errNoKubeBinary: a config names the kubernetes datastore and KubeBinary
@@ -56,7 +34,7 @@ func kubeDatastoreConf(stdin []byte) *config.IPAM {
 var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is not installed")
 
 // handOff runs KubeBinary in place of this process, with the same
-// arguments, environment and stdin, when the config on stdin names the
+// arguments, environment and stdin, when conf (stdin parsed) names the
 // kubernetes datastore and this binary cannot open it; it returns only
 // when it does not apply (another datastore, a config the verbs will
 // refuse themselves) or fails. early is Main's call, before the verb: a
@@ -64,11 +42,11 @@ var errNoKubeBinary = errors.New("the kubernetes datastore's plugin binary is no
 // left to the verb, which forwards it to the agent and hands off only
 // when the agent cannot serve it. KubeBinary learns h: the call's
 // deadline, and why the agent did not serve the verb.
-func handOff(stdin []byte, early bool, h handover) error {
+func handOff(conf *config.IPAM, stdin []byte, early bool, h handover) error {
 	if datastore.KubernetesLinked() {
 		return nil
 	}
-	conf := kubeDatastoreConf(stdin)
+	conf = kubeDatastore(conf)
 	if conf == nil || early && conf.AgentSocket != "" {
 		return nil
 	}

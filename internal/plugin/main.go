@@ -73,15 +73,28 @@ func Main(about string) {
 	if terr != nil {
 		exitWith(out, cniError(terr))
 	}
+	if e := p.run(about, end); e != nil {
+		exitWith(out, e)
+	}
+	out.close()
+}
+
+// run runs the verb CNI_COMMAND names, as Main does once its watchdog is
+// set: it reads stdin (boundStdin), parses the config once and hands the
+// parsed config down to the hand-off check and the verb. It returns the
+// CNI error Main prints.
+func (p *Plugin) run(about string, end time.Time) *types.Error {
 	if os.Getenv("CNI_COMMAND") != "VERSION" {
 		stdin, err := boundStdin()
 		if err == nil {
-			err = handOff(stdin, true, handover{end: end})
+			conf, perr := parseConfig(stdin)
+			p.parsed = &parsed{conf: conf, err: perr}
+			err = handOff(conf, stdin, true, handover{end: end})
 		}
 		if err != nil && os.Getenv("CNI_COMMAND") == "STATUS" {
-			exitWith(out, statusError(err))
+			return statusError(err)
 		} else if err != nil {
-			exitWith(out, cniError(err))
+			return cniError(err)
 		}
 	}
 	if os.Getenv("CNI_COMMAND") == "DEL" {
@@ -91,16 +104,13 @@ func Main(about string) {
 		// variable skel reads to skip that check.
 		_ = os.Setenv("CNI_NETNS_OVERRIDE", "1")
 	}
-	if e := skel.PluginMainFuncsWithError(skel.CNIFuncs{
+	return skel.PluginMainFuncsWithError(skel.CNIFuncs{
 		Add:    p.Add,
 		Del:    p.Del,
 		Check:  p.Check,
 		GC:     p.GC,
 		Status: p.Status,
-	}, Versions, about); e != nil {
-		exitWith(out, e)
-	}
-	out.close()
+	}, Versions, about)
 }
 
 // shortLivedHeap is the heap size past which a plugin process collects

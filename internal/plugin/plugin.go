@@ -57,6 +57,9 @@ type Plugin struct {
 	// counts as gone only where the host's /var/run/netns is visible, and
 	// never by a /proc/PID path, whose PID is the host's.
 	InContainer bool
+	// parsed, when set, is the verb's config parsed before the verb ran
+	// (Main, ServeContext): the verb does not parse it again.
+	parsed *parsed
 	// Pods, when set, answers the pod-aware lookups of configs that name
 	// an agent socket, in process: ipkeeper-agent's own caches, which
 	// the socket would reach with an HTTP round trip to itself.
@@ -109,13 +112,14 @@ func (s *session) rangeSets(ctx context.Context) ([]netpools.Set, []ipam.Pool, e
 // (pod-aware lookups, the node's pod CIDRs); nil changes nothing.
 type prepareFunc func(context.Context, *config.IPAM) (*config.IPAM, error)
 
-// open parses the config, prepares it and opens its datastore. Everything
+// open takes the verb's parsed config (withConfig), prepares it and opens
+// its datastore. Everything
 // that can be checked without the datastore (the pools the ranges define
 // included) is checked before it is opened, so that bad input never
 // creates one. With warm (ADD, DEL), the node's object and the config's
 // pools are read with the open's own read (datastore.OpenStoreWarm).
-func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc, warm bool) (*session, error) {
-	conf, err := config.Parse(stdin)
+func (p *Plugin) open(ctx context.Context, prepare prepareFunc, warm bool) (*session, error) {
+	conf, err := p.parsed.conf, p.parsed.err
 	if err != nil {
 		return nil, err
 	}
@@ -162,13 +166,13 @@ func (p *Plugin) open(ctx context.Context, stdin []byte, prepare prepareFunc, wa
 
 // withSession runs fn with the parsed config and the open datastore, under
 // the invocation's timeout, and maps any error to a CNI error with toCNI.
-func (p *Plugin) withSession(stdin []byte, toCNI func(error) *types.Error, fn func(context.Context, *session) error) error {
-	return p.withPreparedSession(stdin, toCNI, nil, false, fn)
+func (p *Plugin) withSession(toCNI func(error) *types.Error, fn func(context.Context, *session) error) error {
+	return p.withPreparedSession(toCNI, nil, false, fn)
 }
 
 // withPreparedSession is withSession with a prepare step before the
 // datastore is opened, warm as open's.
-func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Error, prepare prepareFunc, warm bool, fn func(context.Context, *session) error) error {
+func (p *Plugin) withPreparedSession(toCNI func(error) *types.Error, prepare prepareFunc, warm bool, fn func(context.Context, *session) error) error {
 	deadline := p.deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(Timeout)
@@ -179,7 +183,7 @@ func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Erro
 	}
 	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
-	s, err := p.open(ctx, stdin, prepare, warm)
+	s, err := p.open(ctx, prepare, warm)
 	if err == nil {
 		defer s.close()
 		err = fn(ctx, s)
@@ -192,6 +196,7 @@ func (p *Plugin) withPreparedSession(stdin []byte, toCNI func(error) *types.Erro
 
 // Add allocates one address per range set for the attachment.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
+	p = p.withConfig(args.StdinData)
 	att, err := parseArgs(args.ContainerID, args.Args, args.StdinData)
 	if err != nil {
 		return cniError(err)
@@ -208,8 +213,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return asCNI(err, cniError)
 	}
 	var pa podAware
-	prepare := p.kubePrepare(args.StdinData, att, true, &pa)
-	return p.withPreparedSession(args.StdinData, cniError, prepare, true, func(ctx context.Context, s *session) error {
+	prepare := p.kubePrepare(att, true, &pa)
+	return p.withPreparedSession(cniError, prepare, true, func(ctx context.Context, s *session) error {
 		sets, define, err := s.rangeSets(ctx)
 		if err != nil {
 			return err
@@ -270,10 +275,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 // after-the-fact check for DEL, which failed the call after the release
 // (and hung on a FIFO).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
+	p = p.withConfig(args.StdinData)
 	if ok, err := p.forward("DEL", args); ok {
 		return asCNI(err, cniError)
 	}
-	return p.withPreparedSession(args.StdinData, cniError, nil, true, func(ctx context.Context, s *session) error {
+	return p.withPreparedSession(cniError, nil, true, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
 		freed, err := s.alloc.Release(ctx, s.conf.NodeName, id)
 		if err == nil {
@@ -286,10 +292,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // Check verifies that the attachment's allocation exists and matches the
 // addresses of prevResult.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
+	p = p.withConfig(args.StdinData)
 	if ok, err := p.forward("CHECK", args); ok {
 		return asCNI(err, cniError)
 	}
-	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+	return p.withSession(cniError, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
 		h, ok, err := s.alloc.Handle(ctx, s.conf.NodeName, id)
 		if err != nil {
@@ -312,6 +319,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 // the tagged CNI 1.1.0 spec's cni.dev/attachments, null, or an entry
 // without containerID or ifname) fails with code 7 and releases nothing.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
+	p = p.withConfig(args.StdinData)
 	attachments, err := config.GCAttachments(args.StdinData)
 	if err != nil {
 		return cniError(err)
@@ -319,7 +327,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	if ok, err := p.forward("GC", args); ok {
 		return asCNI(err, cniError)
 	}
-	return p.withSession(args.StdinData, cniError, func(ctx context.Context, s *session) error {
+	return p.withSession(cniError, func(ctx context.Context, s *session) error {
 		valid := make(map[string]bool, len(attachments))
 		for _, v := range attachments {
 			valid[ipam.HandleID(s.conf.Network, v.ContainerID, v.IfName)] = true
@@ -350,11 +358,12 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // Status fails when the datastore is unusable or a range set has no pool
 // with a free address for this node.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
+	p = p.withConfig(args.StdinData)
 	if ok, err := p.forward("STATUS", args); ok {
 		return asCNI(err, statusError)
 	}
 	var pa podAware
-	return p.withPreparedSession(args.StdinData, statusError, p.kubePrepare(args.StdinData, attachmentArgs{}, false, &pa), false, status)
+	return p.withPreparedSession(statusError, p.kubePrepare(attachmentArgs{}, false, &pa), false, status)
 }
 
 // statusError maps STATUS failures that mean "cannot serve ADD now" to the

@@ -29,10 +29,10 @@ type podAware struct {
 // runtime named a pod) and the node into pa — from the node's
 // ipkeeper-agent when ipam.kubernetes.agentSocket is set, else (or when
 // the agent cannot be reached and a kubeconfig is given) from the API
-// server — and parses a usePodCidr config again for the node's pod
-// CIDRs. withPod false is STATUS: no pod, and the agent must be ready
-// unless a kubeconfig can stand in for it.
-func (p *Plugin) kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa *podAware) prepareFunc {
+// server — and fills the node's pod CIDRs into a usePodCidr config
+// (config.IPAM.ForNode). withPod false is STATUS: no pod, and the agent
+// must be ready unless a kubeconfig can stand in for it.
+func (p *Plugin) kubePrepare(att attachmentArgs, withPod bool, pa *podAware) prepareFunc {
 	return func(ctx context.Context, conf *config.IPAM) (*config.IPAM, error) {
 		if !conf.PodAware() {
 			return conf, nil
@@ -64,7 +64,7 @@ func (p *Plugin) kubePrepare(stdin []byte, att attachmentArgs, withPod bool, pa 
 			return nil, err
 		}
 		if needCIDR {
-			return config.ParseForNode(stdin, info.Node.PodCIDRs)
+			return conf.ForNode(info.Node.PodCIDRs)
 		}
 		return conf, nil
 	}

@@ -75,7 +75,7 @@ func Validate(command string, args *skel.CmdArgs) (*config.IPAM, *types.Error) {
 			return nil, cniError(err)
 		}
 	}
-	conf, err := config.Parse(args.StdinData)
+	conf, err := parseConfig(args.StdinData)
 	if err != nil {
 		return nil, VerbError(command, err)
 	}
