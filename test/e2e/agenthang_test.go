@@ -147,7 +147,7 @@ func TestAgentHung(t *testing.T) {
 	needKubeSibling(t)
 	needAgent(t)
 	srv := kubetest.Start(t)
-	kc := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+	kc := srv.NodeKubeconfig(t, "node-a") // the node's bound token, as the DaemonSet's agent and plugin have
 	if _, err := srv.Client.CoreV1().Nodes().Create(ctxT(t), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

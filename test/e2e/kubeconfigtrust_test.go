@@ -133,7 +133,7 @@ func TestUntrustedDatastoreKubeconfig(t *testing.T) {
 	needIpkeeper(t)
 	needKubeSibling(t)
 	srv := kubetest.Start(t)
-	good := srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-node")
+	good := srv.NodeKubeconfig(t, "node-a")
 	data, err := os.ReadFile(good)
 	if err != nil {
 		t.Fatal(err)
