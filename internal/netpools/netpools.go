@@ -49,7 +49,7 @@ func Planned(conf *config.IPAM) ([]Set, error) {
 		var set Set
 		for j, r := range rs {
 			if r.UsePodCIDR != 0 {
-				return nil, fmt.Errorf("ipam.ranges[%d][%d]: %w (config.ParseForNode)", i, j, ErrPodCIDRUnknown)
+				return nil, fmt.Errorf("ipam.ranges[%d][%d]: %w (config.IPAM.ForNode fills them in)", i, j, ErrPodCIDRUnknown)
 			}
 			p := FromRange(conf, r)
 			if err := p.Validate(); err != nil {
