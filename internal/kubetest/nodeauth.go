@@ -102,7 +102,9 @@ func (s *Server) nodeToken(ctx context.Context, node string) (string, error) {
 	if apierrors.IsNotFound(err) {
 		pod, err = pods.Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "kubetest-node"}},
-			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: NodeServiceAccount,
+			// Host network, as the DaemonSet's pod: on a node with a real
+			// kubelet it gets no address from the CNI plugin it stands for.
+			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: NodeServiceAccount, HostNetwork: true,
 				Containers: []corev1.Container{{Name: "agent", Image: "example.invalid/ipkeeper"}}},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {

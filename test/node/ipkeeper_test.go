@@ -107,7 +107,9 @@ func (n *node) install(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := n.path("sa/token")
-	if err := os.WriteFile(token, []byte(n.srv.ServiceAccountToken(t, "kube-system", "ipkeeper-node")), 0o600); err != nil {
+	// A token bound to a pod on this node, as the kubelet projects into the
+	// DaemonSet's pod: the node-writes policy refuses a node token without one.
+	if err := os.WriteFile(token, []byte(n.srv.NodeToken(t, n.name)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	u, err := url.Parse(n.srv.URL)
@@ -134,7 +136,7 @@ func (n *node) install(t *testing.T) {
 func (n *node) startAgent(t *testing.T) {
 	t.Helper()
 	kc := n.path("agent.kubeconfig")
-	n.writeTokenKubeconfig(t, kc, "https://"+n.agentProxy.Addr(), "ipkeeper-node")
+	n.writeTokenKubeconfig(t, kc, "https://"+n.agentProxy.Addr(), "ipkeeper-node", n.srv.NodeToken(t, n.name))
 	n.agent = startProc(t, "ipkeeper-agent", n.path("agent.log"), nil,
 		bin("ipkeeper-agent"), "--kubeconfig="+kc, "--node-name="+n.name, "--socket="+n.agentSock)
 	n.waitFor(t, "ipkeeper-agent is ready (--probe)", 2*time.Minute, func() (bool, string) {
@@ -168,9 +170,9 @@ func (n *node) startController(t *testing.T) {
 	})
 }
 
-// writeTokenKubeconfig writes a kubeconfig for a kube-system
-// ServiceAccount's token with the given server URL.
-func (n *node) writeTokenKubeconfig(t *testing.T, path, server, account string) {
+// writeTokenKubeconfig writes a kubeconfig for token, of the kube-system
+// ServiceAccount account, with the given server URL.
+func (n *node) writeTokenKubeconfig(t *testing.T, path, server, account, token string) {
 	t.Helper()
 	ca, err := os.ReadFile(n.srv.CAFile)
 	if err != nil {
@@ -178,7 +180,7 @@ func (n *node) writeTokenKubeconfig(t *testing.T, path, server, account string) 
 	}
 	c := clientcmdapi.NewConfig()
 	c.Clusters["node"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	c.AuthInfos[account] = &clientcmdapi.AuthInfo{Token: n.srv.ServiceAccountToken(t, "kube-system", account)}
+	c.AuthInfos[account] = &clientcmdapi.AuthInfo{Token: token}
 	c.Contexts["node"] = &clientcmdapi.Context{Cluster: "node", AuthInfo: account}
 	c.CurrentContext = "node"
 	if err := clientcmd.WriteToFile(*c, path); err != nil {
