@@ -52,24 +52,34 @@ func checkFile(d *safefs.Dir, name string) error {
 // checkTLSDir refuses a TLS dir in conf that is a link or not a directory,
 // or holds anything but regular files.
 func checkTLSDir(conf *safefs.Dir) error {
+	_, err := eachTLSFile(conf, func(dir *safefs.Dir, name string) error {
+		_, err := dir.StatFile(name)
+		return err
+	})
+	return err
+}
+
+// eachTLSFile calls f with the TLS dir of conf and each name in it; a
+// missing dir is not an error (found is false then).
+func eachTLSFile(conf *safefs.Dir, f func(dir *safefs.Dir, name string) error) (found bool, err error) {
 	dir, err := conf.OpenDir(tlsDirName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer dir.Close()
 	names, err := dir.Names()
 	if err != nil {
-		return err
+		return true, err
 	}
 	for _, n := range names {
-		if _, err := dir.StatFile(n); err != nil {
-			return err
+		if err := f(dir, n); err != nil {
+			return true, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // writeAtomic makes d/name hold data with mode (safefs.WriteFile). check,

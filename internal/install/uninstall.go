@@ -92,22 +92,14 @@ type entry struct {
 // removeTLSDir removes the TLS dir of conf and the regular files in it; a
 // missing one is not an error.
 func removeTLSDir(conf *safefs.Dir) error {
-	dir, err := conf.OpenDir(tlsDirName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	names, err := dir.Names()
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := dir.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	found, err := eachTLSFile(conf, func(dir *safefs.Dir, name string) error {
+		if err := dir.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		return nil
+	})
+	if err != nil || !found {
+		return err
 	}
 	return conf.RemoveDir(tlsDirName)
 }

@@ -20,6 +20,6 @@
 //
 // The tests migrate the first-layout stores checked in under testdata
 // (README.md there says how they were made); where a test needs a plugin
-// of the earlier version running meanwhile, oldplugin_test.go plays it
+// of the earlier version running meanwhile, firstlayoutplugin_test.go plays it
 // with the first layout's keys and guards.
 package migrate

@@ -43,7 +43,7 @@ func (o oldAlloc) id() string { return ipam.HandleID("net", o.container, "eth0")
 
 // allocOld allocates a dual-stack address pair for container on node
 // through the earlier version's plugin a.
-func allocOld(a oldPlugin, t *testing.T, node, container string) (oldAlloc, error) {
+func allocOld(a firstLayoutPlugin, t *testing.T, node, container string) (oldAlloc, error) {
 	got, err := a.allocate(t.Context(), podHandle(node, container), []string{migV4.Name, migV6.Name})
 	return oldAlloc{node: node, container: container, ips: got.IPs}, err
 }
@@ -53,7 +53,7 @@ func isFence(ops []kv.Op) bool {
 	return slices.ContainsFunc(ops, func(op kv.Op) bool { return strings.HasPrefix(op.Key, "pools/") })
 }
 
-// A plugin of the earlier version on a node not yet upgraded (oldPlugin) runs while Run converts the store, in goroutines and at
+// A plugin of the earlier version on a node not yet upgraded (firstLayoutPlugin) runs while Run converts the store, in goroutines and at
 // fixed points of Run: every allocation that succeeded is in the
 // typed objects afterwards, every one attempted after the fence
 // committed fails with errNoPool, a release before Run's
@@ -67,7 +67,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 			ctx := t.Context()
 			cs := &kvbackedtest.Counting{Store: b.Open(t)}
 			defer cs.Close()
-			setup := oldPlugin{cs.Store}
+			setup := firstLayoutPlugin{cs.Store}
 			for _, p := range []ipam.Pool{migV4, migV6} {
 				setup.createPool(t, p)
 			}
@@ -86,7 +86,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 				live[o.id()] = o
 				mu.Unlock()
 			}
-			release := func(a oldPlugin, id string) {
+			release := func(a firstLayoutPlugin, id string) {
 				t.Helper()
 				mu.Lock()
 				o := live[id]
@@ -115,7 +115,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 			var firstTries sync.WaitGroup // each worker's first allocation precedes the fence
 			firstTries.Add(workers)
 			var beforeFence, afterFence, inApply sync.Once
-			hookAlloc := oldPlugin{cs.Store}
+			hookAlloc := firstLayoutPlugin{cs.Store}
 			cs.BeforeTxn = func(_ []kv.Cond, ops []kv.Op) {
 				if isFence(ops) {
 					beforeFence.Do(func() {
@@ -146,7 +146,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 			start := make(chan struct{})
 			for w := range workers {
 				wg.Go(func() {
-					a := oldPlugin{cs.Store} // a plugin process of its own
+					a := firstLayoutPlugin{cs.Store} // a plugin process of its own
 					<-start
 					for i := range perWorker {
 						after := fenced.Load()
@@ -238,7 +238,7 @@ func TestMigrateFencesImportedPool(t *testing.T) {
 			ctx := t.Context()
 			kvs := b.Open(t)
 			defer kvs.Close()
-			a := oldPlugin{kvs}
+			a := firstLayoutPlugin{kvs}
 			imported := migV4
 			imported.Origin = "import"
 			imported.Gateway = netip.Addr{}

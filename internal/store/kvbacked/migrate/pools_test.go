@@ -33,7 +33,7 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
 			kvs := b.Open(t)
-			a := oldPlugin{kvs}
+			a := firstLayoutPlugin{kvs}
 			for _, p := range firstPools {
 				a.createPool(t, p)
 			}

@@ -21,7 +21,7 @@ var (
 	errPoolConflict = errors.New("first layout: pool stored otherwise")
 )
 
-// oldPlugin plays a plugin of the earlier version on a node not yet
+// firstLayoutPlugin plays a plugin of the earlier version on a node not yet
 // upgraded, on the first layout's keys:
 //
 //	pools/<pool>                    ipam.Pool JSON
@@ -37,7 +37,7 @@ var (
 // frees the handle's addresses and deletes the handle, guarded by their
 // versions, and reads no pool. It takes the first block of a pool
 // affine to its node with room, else claims the first unused one.
-type oldPlugin struct{ s kv.Store }
+type firstLayoutPlugin struct{ s kv.Store }
 
 func firstBlockKey(pool string, cidr netip.Prefix) string {
 	return "blocks/" + pool + "/" + strings.Replace(cidr.String(), "/", "-", 1)
@@ -51,7 +51,7 @@ func encode(v any) []byte {
 }
 
 // createPool writes p as the earlier version's `pool add` or an import did.
-func (o oldPlugin) createPool(t testing.TB, p ipam.Pool) {
+func (o firstLayoutPlugin) createPool(t testing.TB, p ipam.Pool) {
 	t.Helper()
 	if err := o.s.Txn(context.Background(), []kv.Cond{{Key: "pools/" + p.Name}}, []kv.Op{{Key: "pools/" + p.Name, Value: encode(p)}}); err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func (o oldPlugin) createPool(t testing.TB, p ipam.Pool) {
 }
 
 // pool reads a first-layout pool key.
-func (o oldPlugin) pool(t testing.TB, name string) ipam.Pool {
+func (o firstLayoutPlugin) pool(t testing.TB, name string) ipam.Pool {
 	t.Helper()
 	es, err := o.s.Get(context.Background(), "pools/"+name)
 	if err != nil || es[0].Version == 0 {
@@ -74,7 +74,7 @@ func (o oldPlugin) pool(t testing.TB, name string) ipam.Pool {
 
 // allocate is the earlier version's ADD of h: one address from each pool
 // named, after the pools of define are reconciled with the stored ones.
-func (o oldPlugin) allocate(ctx context.Context, h ipam.Handle, pools []string, define ...ipam.Pool) (ipam.Handle, error) {
+func (o firstLayoutPlugin) allocate(ctx context.Context, h ipam.Handle, pools []string, define ...ipam.Pool) (ipam.Handle, error) {
 	for range 50 { // bounded: conflicts with other plugins and the migration
 		got, err := o.tryAllocate(ctx, h, pools, define)
 		if !errors.Is(err, kv.ErrConflict) {
@@ -84,7 +84,7 @@ func (o oldPlugin) allocate(ctx context.Context, h ipam.Handle, pools []string, 
 	return ipam.Handle{}, fmt.Errorf("allocate %s: kept conflicting", h.ID)
 }
 
-func (o oldPlugin) tryAllocate(ctx context.Context, h ipam.Handle, pools []string, define []ipam.Pool) (ipam.Handle, error) {
+func (o firstLayoutPlugin) tryAllocate(ctx context.Context, h ipam.Handle, pools []string, define []ipam.Pool) (ipam.Handle, error) {
 	var conds []kv.Cond
 	var ops []kv.Op
 	defs := map[string]ipam.Pool{}
@@ -135,7 +135,7 @@ func (o oldPlugin) tryAllocate(ctx context.Context, h ipam.Handle, pools []strin
 
 // block returns the block of p node allocates from and its version (0:
 // a block it claims).
-func (o oldPlugin) block(ctx context.Context, p ipam.Pool, node string) (ipam.Block, int64, error) {
+func (o firstLayoutPlugin) block(ctx context.Context, p ipam.Pool, node string) (ipam.Block, int64, error) {
 	es, err := o.s.List(ctx, "blocks/"+p.Name+"/")
 	if err != nil {
 		return ipam.Block{}, 0, err
@@ -162,7 +162,7 @@ func (o oldPlugin) block(ctx context.Context, p ipam.Pool, node string) (ipam.Bl
 
 // release is the earlier version's DEL of handle id: the addresses it
 // freed (none when the handle does not exist).
-func (o oldPlugin) release(ctx context.Context, id string) ([]netip.Addr, error) {
+func (o firstLayoutPlugin) release(ctx context.Context, id string) ([]netip.Addr, error) {
 	for range 50 { // bounded: conflicts with other plugins and the migration
 		freed, err := o.tryRelease(ctx, id)
 		if !errors.Is(err, kv.ErrConflict) {
@@ -172,7 +172,7 @@ func (o oldPlugin) release(ctx context.Context, id string) ([]netip.Addr, error)
 	return nil, fmt.Errorf("release %s: kept conflicting", id)
 }
 
-func (o oldPlugin) tryRelease(ctx context.Context, id string) ([]netip.Addr, error) {
+func (o firstLayoutPlugin) tryRelease(ctx context.Context, id string) ([]netip.Addr, error) {
 	es, err := o.s.Get(ctx, "handles/"+id)
 	if err != nil || es[0].Version == 0 {
 		return nil, err
