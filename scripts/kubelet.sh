@@ -1,47 +1,14 @@
 #!/usr/bin/env bash
-# Builds a real kubelet from the Go module proxy, once per version, into
-# the cache scripts/kube-apiserver.sh fills (cold ~10-15 min on 2 cores,
-# less after the API server's build; a cached one is reused at once), for
-# the real-node tests (test/node). Prints the binary's path.
+# Builds a real kubelet for the real-node tests (test/node), once per
+# version, into the cache (scripts/kube-build.sh; cold ~10-15 min on 2
+# cores, less after the API server's build, then instant). Prints the
+# binary's path.
 #
 #   scripts/kubelet.sh            # default version
 #   KUBE_VERSION=v1.37.1 scripts/kubelet.sh
-#
-# The build happens in a throwaway module of its own so the project's go.mod
-# never takes on k8s.io/kubernetes. Each staging module is pinned to the
-# matching v0.X.Y, as k8s.io/kubernetes' own go.mod replaces them locally.
 set -euo pipefail
 
-KUBE_VERSION=${KUBE_VERSION:-v1.37.1}
-CACHE_DIR=${IPKEEPER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ipkeeper}
-OUT="$CACHE_DIR/kubelet-$KUBE_VERSION/kubelet"
-
-if [[ -x "$OUT" ]]; then
-	echo "$OUT"
-	exit 0
-fi
-
-staging_version="v0.${KUBE_VERSION#v1.}"
-minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-modfile=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
-	sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-{
-	echo "module ipkeeper.local/kubelet"
-	echo
-	echo "go 1.26"
-	echo
-	echo "require k8s.io/kubernetes $KUBE_VERSION"
-	echo
-	echo "replace ("
-	sed -n '/^replace (/,/^)/p' "$modfile" | grep '=> ./staging/' |
-		sed -E "s#^[[:space:]]*([^ ]+) => .*#\t\1 => \1 $staging_version#"
-	echo ")"
-} >"$work/go.mod"
-
-cat >"$work/main.go" <<'GO'
+exec "$(dirname "$0")/kube-build.sh" kubelet <<'GO'
 // Command kubelet is the upstream node agent, built for ipkeeper's tests.
 package main
 
@@ -57,17 +24,3 @@ func main() {
 	os.Exit(cli.Run(app.NewKubeletCommand(context.Background())))
 }
 GO
-
-echo "building kubelet $KUBE_VERSION into $OUT (cold: ~10-15 min)" >&2
-(
-	cd "$work"
-	go mod tidy >&2
-	ld="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION"
-	ld+=" -X k8s.io/component-base/version.gitMajor=1"
-	ld+=" -X k8s.io/component-base/version.gitMinor=$minor"
-	ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
-	mkdir -p "$(dirname "$OUT")"
-	go build -trimpath -ldflags "$ld" -o "$OUT.tmp" . >&2
-	mv "$OUT.tmp" "$OUT"
-)
-echo "$OUT"
