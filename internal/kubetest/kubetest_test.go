@@ -130,7 +130,8 @@ func TestServer(t *testing.T) {
 }
 
 // TestCachePathMatchesScript guards against the Go lookup and
-// scripts/kube-apiserver.sh drifting apart: same default version, and,
+// scripts/kube-apiserver.sh drifting apart: same default version (set in
+// scripts/kube-build.sh, which the script runs), and,
 // when the binary is cached, the very path the script prints (it returns
 // at once then; it is never run when the binary is missing, which would
 // start a long build).
@@ -140,12 +141,13 @@ func TestCachePathMatchesScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := filepath.Join(root, "scripts", "kube-apiserver.sh")
-	b, err := os.ReadFile(script)
+	builder := filepath.Join(root, "scripts", "kube-build.sh")
+	b, err := os.ReadFile(builder)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "KUBE_VERSION=${KUBE_VERSION:-"+KubeVersion+"}") {
-		t.Fatalf("%s does not default to %s (kubetest.KubeVersion)", script, KubeVersion)
+		t.Fatalf("%s does not default to %s (kubetest.KubeVersion)", builder, KubeVersion)
 	}
 	p := cachedBinary()
 	if executable(p) != nil {
