@@ -116,23 +116,17 @@ func Main(args []string, stderr io.Writer, getenv func(string) string) int {
 	return 0
 }
 
-// Run runs the controller with options o until ctx ends.
+// Run runs the controller with options o until ctx ends: it checks the
+// options, opens the Kubernetes client, builds the controller, starts the
+// address map and the metrics server, waits for the informers and then
+// reconciles (while leading, with leader election).
 func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) string) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	log, err := o.logger(stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	if o.LeakGrace < 0 {
-		return fmt.Errorf("--leak-grace %v: must not be negative", o.LeakGrace)
-	}
-	if o.Resync <= 0 {
-		return fmt.Errorf("--resync %v: must be positive", o.Resync)
-	}
-	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
-		return fmt.Errorf("leader election needs --lease-duration (%v) > --renew-deadline (%v) > --retry-period (%v) > 0",
-			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	if err := o.check(); err != nil {
+		return err
 	}
 	ds, err := datastoreOf(o.ConfigFile, getenv)
 	if err != nil {
@@ -142,39 +136,17 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 		return err
 	}
 	m := NewMetrics()
-	restCfg, err := kubeConfig(o.Kubeconfig)
+	client, err := apiClient(o.Kubeconfig, m)
 	if err != nil {
 		return err
 	}
-	restCfg.Wrap(m.CountRequests)
-	restCfg.UserAgent = "ipkeeper-controller"
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	c, err := New(Config{
-		Client:    client,
-		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, ds, true) },
-		KeepOpen:  ds.Type == config.DatastoreEtcd || ds.Type == config.DatastoreKubernetes,
-		LeakGrace: o.LeakGrace,
-		Resync:    o.Resync,
-		Log:       log,
-		Metrics:   m,
-	})
+	c, err := o.controller(ds, client, m, log)
 	if err != nil {
 		return err
 	}
 	defer c.Shutdown()
 	if o.MapAddr != "" {
-		if o.MapToken == "" {
-			o.MapToken = getenv(webui.TokenEnv)
-		}
-		ml, err := c.NewMapLeaks()
-		if err != nil {
-			return err
-		}
-		stopMap, err := serveMap(ctx, mapConfig{addr: o.MapAddr, token: o.MapToken, tokenReview: o.MapTokenReview,
-			allow: o.MapAllow, ds: ds, leaks: ml, client: client, log: log})
+		stopMap, err := o.startMap(ctx, c, ds, client, log, getenv)
 		if err != nil {
 			return err
 		}
@@ -203,13 +175,92 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 		c.Reconcile(ctx)
 		return nil
 	}
+	return o.lead(ctx, c, client, id, health, log)
+}
+
+// logger is the JSON logger at --log-level writing to stderr; client-go
+// logs through it too.
+func (o Options) logger(stderr io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	return log, nil
+}
+
+// check refuses durations the controller cannot run with.
+func (o Options) check() error {
+	if o.LeakGrace < 0 {
+		return fmt.Errorf("--leak-grace %v: must not be negative", o.LeakGrace)
+	}
+	if o.Resync <= 0 {
+		return fmt.Errorf("--resync %v: must be positive", o.Resync)
+	}
+	if o.LeaderElect && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
+		return fmt.Errorf("leader election needs --lease-duration (%v) > --renew-deadline (%v) > --retry-period (%v) > 0",
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	}
+	return nil
+}
+
+// apiClient is the Kubernetes client of the kubeconfig at path ("" for
+// in-cluster), its requests counted in m.
+func apiClient(path string, m *Metrics) (kubernetes.Interface, error) {
+	restCfg, err := kubeConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	restCfg.Wrap(m.CountRequests)
+	restCfg.UserAgent = "ipkeeper-controller"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
+// controller is the Controller of the datastore ds: stores that hold a
+// connection (etcd, kubernetes) stay open between passes.
+func (o Options) controller(ds config.Datastore, client kubernetes.Interface, m *Metrics, log *slog.Logger) (*Controller, error) {
+	return New(Config{
+		Client:    client,
+		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, ds, true) },
+		KeepOpen:  ds.Type == config.DatastoreEtcd || ds.Type == config.DatastoreKubernetes,
+		LeakGrace: o.LeakGrace,
+		Resync:    o.Resync,
+		Log:       log,
+		Metrics:   m,
+	})
+}
+
+// startMap serves the address map on --map-addr, its leak candidates
+// from c; the token defaults to the environment's.
+func (o Options) startMap(ctx context.Context, c *Controller, ds config.Datastore, client kubernetes.Interface,
+	log *slog.Logger, getenv func(string) string) (stop func(), err error) {
+	token := o.MapToken
+	if token == "" {
+		token = getenv(webui.TokenEnv)
+	}
+	ml, err := c.NewMapLeaks()
+	if err != nil {
+		return nil, err
+	}
+	return serveMap(ctx, mapConfig{addr: o.MapAddr, token: token, tokenReview: o.MapTokenReview,
+		allow: o.MapAllow, ds: ds, leaks: ml, client: client, log: log})
+}
+
+// lead stands for election of the Lease until ctx ends and reconciles
+// while leading. A replica that loses the lease stops reconciling and
+// stands for election again, with its informers still warm.
+func (o Options) lead(ctx context.Context, c *Controller, client kubernetes.Interface, id string,
+	health *leaderelection.HealthzAdaptor, log *slog.Logger) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName, Namespace: o.LeaseNamespace},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}
-	// A replica that loses the lease stops reconciling and stands for
-	// election again, with its informers still warm.
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:            lock,
