@@ -35,30 +35,12 @@ type Credentials struct {
 type rawKubeconfig struct {
 	CurrentContext string `json:"current-context"`
 	Clusters       []struct {
-		Name    string `json:"name"`
-		Cluster struct {
-			Server                   string `json:"server"`
-			CertificateAuthority     string `json:"certificate-authority"`
-			CertificateAuthorityData string `json:"certificate-authority-data"`
-			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
-			TLSServerName            string `json:"tls-server-name"`
-			ProxyURL                 string `json:"proxy-url"`
-		} `json:"cluster"`
+		Name    string      `json:"name"`
+		Cluster kubeCluster `json:"cluster"`
 	} `json:"clusters"`
 	Users []struct {
-		Name string `json:"name"`
-		User struct {
-			Token                 string          `json:"token"`
-			TokenFile             string          `json:"tokenFile"`
-			ClientCertificate     string          `json:"client-certificate"`
-			ClientCertificateData string          `json:"client-certificate-data"`
-			ClientKey             string          `json:"client-key"`
-			ClientKeyData         string          `json:"client-key-data"`
-			Username              string          `json:"username"`
-			Password              string          `json:"password"`
-			Exec                  json.RawMessage `json:"exec"`
-			AuthProvider          json.RawMessage `json:"auth-provider"`
-		} `json:"user"`
+		Name string   `json:"name"`
+		User kubeUser `json:"user"`
 	} `json:"users"`
 	Contexts []struct {
 		Name    string `json:"name"`
@@ -68,6 +50,31 @@ type rawKubeconfig struct {
 		} `json:"context"`
 	} `json:"contexts"`
 }
+
+// kubeCluster and kubeUser are entries of a kubeconfig's clusters and
+// users.
+type (
+	kubeCluster struct {
+		Server                   string `json:"server"`
+		CertificateAuthority     string `json:"certificate-authority"`
+		CertificateAuthorityData string `json:"certificate-authority-data"`
+		InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+		TLSServerName            string `json:"tls-server-name"`
+		ProxyURL                 string `json:"proxy-url"`
+	}
+	kubeUser struct {
+		Token                 string          `json:"token"`
+		TokenFile             string          `json:"tokenFile"`
+		ClientCertificate     string          `json:"client-certificate"`
+		ClientCertificateData string          `json:"client-certificate-data"`
+		ClientKey             string          `json:"client-key"`
+		ClientKeyData         string          `json:"client-key-data"`
+		Username              string          `json:"username"`
+		Password              string          `json:"password"`
+		Exec                  json.RawMessage `json:"exec"`
+		AuthProvider          json.RawMessage `json:"auth-provider"`
+	}
+)
 
 // LoadKubeconfig reads the kubeconfig at path and returns the credentials
 // of its current context (or of its only context). Relative file paths in
@@ -91,109 +98,134 @@ func LoadKubeconfig(path string) (*Credentials, error) {
 }
 
 // parseKubeconfig parses kubeconfig YAML or JSON; dir resolves relative
-// file paths.
+// file paths. The current context names a cluster (the server and how to
+// trust it) and a user (the credentials).
 func parseKubeconfig(data []byte, dir string) (*Credentials, error) {
 	var kc rawKubeconfig
 	if err := yaml.Unmarshal(data, &kc); err != nil {
 		return nil, fmt.Errorf("not a kubeconfig: %w", err)
 	}
-	name := kc.CurrentContext
-	if name == "" {
-		if len(kc.Contexts) != 1 {
-			return nil, fmt.Errorf("no current-context, and %d contexts to choose from", len(kc.Contexts))
-		}
-		name = kc.Contexts[0].Name
+	name, cluster, user, err := kc.context()
+	if err != nil {
+		return nil, err
 	}
-	ctxIdx := -1
-	for i, c := range kc.Contexts {
-		if c.Name == name {
-			ctxIdx = i
-		}
-	}
-	if ctxIdx < 0 {
-		return nil, fmt.Errorf("context %q is not defined", name)
-	}
-	cx := kc.Contexts[ctxIdx].Context
 	out := &Credentials{TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
 
 	found := false
 	for _, c := range kc.Clusters {
-		if c.Name != cx.Cluster {
-			continue
-		}
-		found = true
-		cl := c.Cluster
-		u, err := url.Parse(cl.Server)
-		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-			return nil, fmt.Errorf("cluster %q: server %q is not an http(s) URL", c.Name, cl.Server)
-		}
-		out.Server = u
-		if cl.ProxyURL != "" {
-			return nil, fmt.Errorf("cluster %q: proxy-url is not supported", c.Name)
-		}
-		out.TLS.ServerName = cl.TLSServerName
-		out.TLS.InsecureSkipVerify = cl.InsecureSkipTLSVerify
-		ca, err := dataOrFile(cl.CertificateAuthorityData, cl.CertificateAuthority, dir, "certificate-authority")
-		if err != nil {
-			return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
-		}
-		if ca != nil {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(ca) {
-				return nil, fmt.Errorf("cluster %q: certificate-authority holds no PEM certificate", c.Name)
+		if c.Name == cluster {
+			found = true
+			if err := out.setCluster(c.Cluster, dir); err != nil {
+				return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
 			}
-			out.TLS.RootCAs = pool
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("context %q: cluster %q is not defined", name, cx.Cluster)
+		return nil, fmt.Errorf("context %q: cluster %q is not defined", name, cluster)
 	}
 
 	found = false
 	for _, u := range kc.Users {
-		if u.Name != cx.User {
-			continue
-		}
-		found = true
-		us := u.User
-		if len(us.Exec) > 0 && string(us.Exec) != "null" || len(us.AuthProvider) > 0 && string(us.AuthProvider) != "null" {
-			return nil, fmt.Errorf("user %q: credential plugins (exec, auth-provider) are not supported; use a token, tokenFile or a client certificate", u.Name)
-		}
-		out.Token = us.Token
-		if out.Token == "" && us.TokenFile != "" {
-			b, err := readSmall("tokenFile", resolve(dir, us.TokenFile))
-			if err != nil {
-				return nil, fmt.Errorf("user %q: tokenFile: %w", u.Name, err)
+		if u.Name == user {
+			found = true
+			if err := out.setUser(u.User, dir); err != nil {
+				return nil, fmt.Errorf("user %q: %w", u.Name, err)
 			}
-			out.Token = strings.TrimSpace(string(b))
-		}
-		out.Username, out.Password = us.Username, us.Password
-		cert, err := dataOrFile(us.ClientCertificateData, us.ClientCertificate, dir, "client-certificate")
-		if err != nil {
-			return nil, fmt.Errorf("user %q: %w", u.Name, err)
-		}
-		key, err := dataOrFile(us.ClientKeyData, us.ClientKey, dir, "client-key")
-		if err != nil {
-			return nil, fmt.Errorf("user %q: %w", u.Name, err)
-		}
-		switch {
-		case cert != nil && key != nil:
-			pair, err := tls.X509KeyPair(cert, key)
-			if err != nil {
-				return nil, fmt.Errorf("user %q: client certificate: %w", u.Name, err)
-			}
-			out.TLS.Certificates = []tls.Certificate{pair}
-		case cert != nil || key != nil:
-			return nil, fmt.Errorf("user %q: a client certificate needs both client-certificate and client-key", u.Name)
 		}
 	}
-	if !found && cx.User != "" {
-		return nil, fmt.Errorf("context %q: user %q is not defined", name, cx.User)
+	if !found && user != "" {
+		return nil, fmt.Errorf("context %q: user %q is not defined", name, user)
 	}
 	if out.Server.Scheme == "http" && (out.Token != "" || out.Password != "") {
 		return nil, fmt.Errorf("server %s is plain http: credentials would travel in clear text", out.Server)
 	}
 	return out, nil
+}
+
+// context returns the current context (the only one when none is
+// current): its name and the names of its cluster and user.
+func (kc *rawKubeconfig) context() (name, cluster, user string, err error) {
+	name = kc.CurrentContext
+	if name == "" {
+		if len(kc.Contexts) != 1 {
+			return "", "", "", fmt.Errorf("no current-context, and %d contexts to choose from", len(kc.Contexts))
+		}
+		name = kc.Contexts[0].Name
+	}
+	found := false
+	for _, c := range kc.Contexts {
+		if c.Name == name { // the last of duplicates
+			found, cluster, user = true, c.Context.Cluster, c.Context.User
+		}
+	}
+	if !found {
+		return "", "", "", fmt.Errorf("context %q is not defined", name)
+	}
+	return name, cluster, user, nil
+}
+
+// setCluster sets the server and the TLS trust of cl (its server must be
+// an http(s) URL, reached without a proxy).
+func (out *Credentials) setCluster(cl kubeCluster, dir string) error {
+	u, err := url.Parse(cl.Server)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return fmt.Errorf("server %q is not an http(s) URL", cl.Server)
+	}
+	out.Server = u
+	if cl.ProxyURL != "" {
+		return fmt.Errorf("proxy-url is not supported")
+	}
+	out.TLS.ServerName = cl.TLSServerName
+	out.TLS.InsecureSkipVerify = cl.InsecureSkipTLSVerify
+	ca, err := dataOrFile(cl.CertificateAuthorityData, cl.CertificateAuthority, dir, "certificate-authority")
+	if err != nil {
+		return err
+	}
+	if ca != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(ca) {
+			return fmt.Errorf("certificate-authority holds no PEM certificate")
+		}
+		out.TLS.RootCAs = pool
+	}
+	return nil
+}
+
+// setUser sets the credentials of us: a token (inline or from tokenFile),
+// basic credentials and a client certificate. Credential plugins are
+// refused.
+func (out *Credentials) setUser(us kubeUser, dir string) error {
+	if len(us.Exec) > 0 && string(us.Exec) != "null" || len(us.AuthProvider) > 0 && string(us.AuthProvider) != "null" {
+		return fmt.Errorf("credential plugins (exec, auth-provider) are not supported; use a token, tokenFile or a client certificate")
+	}
+	out.Token = us.Token
+	if out.Token == "" && us.TokenFile != "" {
+		b, err := readSmall("tokenFile", resolve(dir, us.TokenFile))
+		if err != nil {
+			return fmt.Errorf("tokenFile: %w", err)
+		}
+		out.Token = strings.TrimSpace(string(b))
+	}
+	out.Username, out.Password = us.Username, us.Password
+	cert, err := dataOrFile(us.ClientCertificateData, us.ClientCertificate, dir, "client-certificate")
+	if err != nil {
+		return err
+	}
+	key, err := dataOrFile(us.ClientKeyData, us.ClientKey, dir, "client-key")
+	if err != nil {
+		return err
+	}
+	switch {
+	case cert != nil && key != nil:
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return fmt.Errorf("client certificate: %w", err)
+		}
+		out.TLS.Certificates = []tls.Certificate{pair}
+	case cert != nil || key != nil:
+		return fmt.Errorf("a client certificate needs both client-certificate and client-key")
+	}
+	return nil
 }
 
 // dataOrFile returns base64-decoded data, else the named file's content,
