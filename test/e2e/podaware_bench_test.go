@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipkeeper/ipkeeper/internal/agent/agenttest"
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -70,10 +70,8 @@ func BenchmarkPodAwareADD(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	pct := func(d []time.Duration, p int) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return float64(s[min(len(s)-1, len(s)*p/100)].Microseconds()) / 1000
+	pct := func(d []time.Duration, p float64) float64 {
+		return float64(latency.Percentile(d, p).Microseconds()) / 1000
 	}
 	for k, kind := range kinds {
 		b.ReportMetric(pct(durs[k], 50), kind.name+"-p50-ms")

@@ -6,6 +6,7 @@ package latency
 import (
 	"fmt"
 	"log"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,14 +23,27 @@ type Result struct {
 // Rate is operations per second of wall time.
 func (r Result) Rate() float64 { return float64(r.N) / r.Wall.Seconds() }
 
-// Pct is the p-th percentile (0..100) of the latencies, 0 without any.
-func (r Result) Pct(p float64) time.Duration {
-	if len(r.Lat) == 0 {
+// Pct is the p-th percentile of the latencies (Percentile).
+func (r Result) Pct(p float64) time.Duration { return Percentile(r.Lat, p) }
+
+// Percentile is the nearest-rank p-th percentile (p in 0..100) of samples,
+// which need not be sorted: the smallest sample with at least p% of the
+// samples at or below it, the sample of rank ceil(p/100 × n) counted from
+// 1. It is always one of the samples, never an interpolation: the median
+// of an even count is the lower middle, and a p99 of fewer than 100
+// samples is the slowest. p ≤ 0 gives the fastest, p ≥ 100 the slowest,
+// no samples 0.
+func Percentile(samples []time.Duration, p float64) time.Duration {
+	if len(samples) == 0 {
 		return 0
 	}
-	s := slices.Clone(r.Lat)
+	s := slices.Clone(samples)
 	slices.Sort(s)
-	return s[int(float64(len(s)-1)*p/100)]
+	// The small subtraction keeps a rank that is a whole number in decimal
+	// (p1.1 of 3000 samples: 33) from being rounded up past it when the
+	// binary product comes out a hair above it.
+	rank := int(math.Ceil(p*float64(len(s))/100 - 1e-9))
+	return s[min(max(rank, 1), len(s))-1]
 }
 
 // Ms prints d in milliseconds with two decimals.
