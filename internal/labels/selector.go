@@ -2,6 +2,18 @@
 // used by pool node selectors: "k=v", "k==v", "k!=v", "k in (a,b)",
 // "k notin (a,b)", "k", "!k", joined by commas. An empty selector (or
 // "all()", as Calico writes it) selects everything.
+//
+// It is not k8s.io/apimachinery/pkg/labels because the allocator, and so
+// the plugin binary that a container runtime execs for every ADD and DEL,
+// evaluates pool node selectors: apimachinery's package brings klog and
+// apimachinery's validation (about 20 packages, with their package
+// initialisation) into a binary whose only Kubernetes dependency is
+// otherwise sigs.k8s.io/yaml. Measured, that made every plugin exec
+// slower and the binary larger (docs/BENCHMARKS.md, "Plugin process
+// costs"). A selector both parse selects the same nodes with either. This
+// one refuses apimachinery's "gt" and "lt", and does not hold keys and
+// values to the syntax of Kubernetes labels: a value no label can carry
+// ("k=a b") is accepted and equals no node's.
 package labels
 
 import (
