@@ -19,10 +19,9 @@ import (
 // The leaks of one node are released together, in one write of its object
 // (allocator.ReleaseObservedAll; a leak with borrowed parts takes its own
 // writes). etcd commits concurrent transactions together (one fsync for
-// many), so more workers release faster: 2 500 leaks of 1 000 nodes took
-// 9.6 s with 8 workers and 2.5 s with 32 on the first layout (make
-// bench-controller BENCH_CONTROLLER_FLAGS="-nodes 1000 -conc 32", same
-// machine, idle).
+// many), so more workers release faster (make bench-controller built with
+// 8 and with 32; docs/BENCHMARKS.md, "Controller, address map, pod-aware
+// ADD").
 const ReleaseWorkers = 32
 
 // releaseTimeout bounds the release of one node's leaks. A release under

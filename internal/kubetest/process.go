@@ -24,7 +24,7 @@ import (
 )
 
 const (
-	// readyTimeout bounds the wait for /readyz; ~3-4 s on an idle 2-core
+	// readyTimeout bounds the wait for /readyz: seconds on an idle
 	// machine, much more when other test binaries compete for the CPUs.
 	readyTimeout = 3 * time.Minute
 	// applyTimeout bounds the bootstrap after /readyz (system namespaces,

@@ -13,10 +13,11 @@ import (
 // KubeBinary is the plugin's sibling in the CNI bin directory that serves
 // configs keeping their state in the Kubernetes API: the same plugin with
 // the kubernetes datastore linked (cmd/ipkeeper-kube). The plugin itself
-// does not link it: client-go's package initialization alone costs every
-// exec about 10 ms (GODEBUG=inittrace=1: 10.7 ms over 151 package inits
-// with it, 1.3 ms without; internal/store/kube/initcost/measure.sh), which
-// local and etcd users would pay on every ADD and DEL.
+// does not link it: client-go's package initialization alone would make
+// every exec several times slower to start (measured by
+// internal/store/kube/initcost/measure.sh; docs/BENCHMARKS.md, "Plugin
+// process costs"), which local and etcd users would pay on every ADD and
+// DEL.
 const KubeBinary = "ipkeeper-kube"
 
 // kubeDatastore returns conf when it keeps its state in the Kubernetes

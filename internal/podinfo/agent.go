@@ -105,9 +105,8 @@ const (
 // connection per request. It speaks HTTP/1.1 on the connection itself
 // rather than through net/http's Transport: in a new plugin process the
 // Transport's first request (connection pool, reader and writer
-// goroutines) added 4.2 ms to the p50 of a process that does nothing
-// else, a raw request 1.7 ms (200 execs each, interleaved, on a loaded
-// 2-core machine; this client measured +2.8 ms in a later run).
+// goroutines) costs a new process more than the whole request written on
+// the connection (docs/BENCHMARKS.md, "Plugin process costs").
 type AgentClient struct {
 	socket string
 }

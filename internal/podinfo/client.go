@@ -32,10 +32,10 @@ type Client struct {
 // New returns a client for the API server and credentials c. All
 // requests share one connection (HTTP/2 when the server offers it): with
 // net/http's default, the three GETs of a Lookup dial three TLS
-// connections when they start together, and the concurrent Lookup took
-// 4.1 ms, no faster than three GETs in a row; with one shared connection
-// it takes 3.5 ms against 4.4 ms in a row (BenchmarkLookup, loopback
-// kube-apiserver).
+// connections when they start together, and the concurrent Lookup is no
+// faster than three GETs in a row; with one shared connection it is
+// (BenchmarkLookup; docs/BENCHMARKS.md, "Controller, address map,
+// pod-aware ADD").
 func New(c *Credentials) *Client {
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
