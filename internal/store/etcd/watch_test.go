@@ -2,8 +2,12 @@ package etcd_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +112,82 @@ func TestWatchUnreachable(t *testing.T) {
 	if _, err := s.Revision(ctx); !errors.Is(err, kv.ErrUnavailable) {
 		t.Fatalf("Revision on a closed port: %v, want kv.ErrUnavailable", err)
 	}
+}
+
+// TestWatchTLS: over TLS, with a server certificate that has only the
+// serverAuth usage, Watch reports a change; the client certificate and
+// the CA are checked as for reads and writes, and a refusal wraps
+// kv.ErrUnavailable and names the file to check.
+func TestWatchTLS(t *testing.T) {
+	good, other := newPKI(t, "watch"), newPKI(t, "other")
+	if u := extKeyUsage(t, good.serverCert); len(u) != 1 || u[0] != x509.ExtKeyUsageServerAuth {
+		t.Fatalf("server certificate usages %v, want serverAuth alone", u)
+	}
+	srv := etcdtest.ForTest(t, &etcdtest.TLS{CertFile: good.serverCert, KeyFile: good.serverKey, CAFile: good.ca})
+	for _, tc := range []struct {
+		name      string
+		cfg       etcd.Config
+		wantInMsg string // "" when the watch works
+	}{
+		{name: "client cert", cfg: etcd.Config{CAFile: good.ca, CertFile: good.clientCert, KeyFile: good.clientKey}},
+		{name: "wrong CA", cfg: etcd.Config{CAFile: other.ca, CertFile: good.clientCert, KeyFile: good.clientKey}, wantInMsg: "caFile"},
+		{name: "client cert from another CA", cfg: etcd.Config{CAFile: good.ca, CertFile: other.clientCert, KeyFile: other.clientKey}, wantInMsg: "certFile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			tc.cfg.Endpoints, tc.cfg.Prefix, tc.cfg.RequestTimeout = []string{srv.Endpoint}, "/watchtls", 5*time.Second
+			s, err := etcd.Open(ctx, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tc.wantInMsg != "" {
+				err := s.Watch(ctx, "", 0, func(int64, []etcd.Event) { t.Error("an event through a refused connection") })
+				if !errors.Is(err, kv.ErrUnavailable) || !strings.Contains(err.Error(), tc.wantInMsg) {
+					t.Fatalf("Watch = %v, want kv.ErrUnavailable naming %s", err, tc.wantInMsg)
+				}
+				return
+			}
+			start, err := s.Revision(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev, err := kv.TxnRevision(ctx, s, nil, []kv.Op{{Key: "k", Value: []byte("v")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []etcd.Event
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			err = s.Watch(wctx, "", start, func(_ int64, evs []etcd.Event) {
+				got = append(got, evs...)
+				wcancel()
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Watch over TLS: %v", err)
+			}
+			if len(got) != 1 || got[0].Key != "k" || string(got[0].Value) != "v" || got[0].Version != rev {
+				t.Fatalf("events %+v, want the put of k at %d", got, rev)
+			}
+		})
+	}
+}
+
+// extKeyUsage reads the extended key usages of a PEM certificate file.
+func extKeyUsage(t *testing.T, path string) []x509.ExtKeyUsage {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatalf("%s holds no PEM block", path)
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.ExtKeyUsage
 }
