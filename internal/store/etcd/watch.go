@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
@@ -78,9 +79,8 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 		}
 		return err
 	}
-	// The request's send side stays open until the watch ends, as a gRPC
-	// client's does: the create request, then nothing.
-	body := io.MultiReader(bytes.NewReader(encodeWatchCreate(full, prefixEnd(full), after+1)), openBody{ctx})
+	body := newOpenBody(ctx, encodeWatchCreate(full, prefixEnd(full), after+1))
+	defer body.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+methodWatch, body)
 	if err != nil {
 		return fmt.Errorf("etcd: build watch request: %w", err)
@@ -103,12 +103,12 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 	r := bufio.NewReader(resp.Body)
 	for {
 		msg, err := readFrame(r)
-		if errors.Is(err, io.EOF) {
+		if err == io.EOF {
 			code, msg, _ := grpcStatus(resp.Trailer)
 			return fail(streamEnd(ep, code, msg))
 		}
 		if err != nil {
-			return fail(fmt.Errorf("etcd %s: watch: %v", ep.name, scrub(err)))
+			return fail(fmt.Errorf("etcd %s: watch stream broken: %w", ep.name, scrub(err)))
 		}
 		var wr watchResponse
 		if err := decodeWatchResponse(msg, &wr); err != nil {
@@ -164,10 +164,34 @@ func streamEnd(ep *endpoint, code int, msg string) error {
 	return classifyStatus(ep, http.StatusOK, code, msg).err
 }
 
-// openBody is a request body that ends when its context does.
-type openBody struct{ ctx context.Context }
+// openBody is the body of a watch request: the create request, then
+// nothing until it is closed or its context ends, so the stream's send
+// side stays open while the watch lasts, as a gRPC client's does. The
+// transport closes it when the stream ends; reading it never blocks the
+// end of the call.
+type openBody struct {
+	ctx  context.Context
+	msg  *bytes.Reader
+	done chan struct{}
+	once sync.Once
+}
 
-func (b openBody) Read([]byte) (int, error) {
-	<-b.ctx.Done()
+func newOpenBody(ctx context.Context, msg []byte) *openBody {
+	return &openBody{ctx: ctx, msg: bytes.NewReader(msg), done: make(chan struct{})}
+}
+
+func (b *openBody) Read(p []byte) (int, error) {
+	if b.msg.Len() > 0 {
+		return b.msg.Read(p)
+	}
+	select {
+	case <-b.ctx.Done():
+	case <-b.done:
+	}
 	return 0, io.EOF
+}
+
+func (b *openBody) Close() error {
+	b.once.Do(func() { close(b.done) })
+	return nil
 }

@@ -3,7 +3,6 @@ package etcd
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -89,10 +88,7 @@ func decodeWatchResponse(b []byte, r *watchResponse) error {
 func readFrame(r *bufio.Reader) ([]byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: a frame header cut short", errProto)
-		}
-		return nil, err
+		return nil, err // io.EOF only when no byte of a frame came
 	}
 	if h[0] != 0 {
 		return nil, fmt.Errorf("%w: a compressed message", errProto)
@@ -103,7 +99,7 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	}
 	msg := make([]byte, n)
 	if _, err := io.ReadFull(r, msg); err != nil {
-		if errors.Is(err, io.EOF) {
+		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return nil, err
