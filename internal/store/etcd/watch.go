@@ -54,9 +54,9 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 // response's revision (the cluster's revision when it was sent: at least
 // every event's; replayed history may arrive in one response). It
 // returns when ctx ends (with ctx's error), when the stream breaks or
-// cannot be opened (an error wrapping kv.ErrUnavailable, and ErrTLS for
-// a refused TLS handshake; the next call tries the next endpoint), or
-// with ErrWatchCompacted. It never returns nil. fn runs on Watch's
+// cannot be opened (an error wrapping kv.ErrUnavailable, and ErrTLS too
+// when the connection's TLS failure is known; the next call tries the
+// next endpoint), or with ErrWatchCompacted. It never returns nil. fn runs on Watch's
 // goroutine; Watch waits for it.
 //
 // The watch is one call of etcd's Watch service, a gRPC stream on the
