@@ -26,12 +26,11 @@ import (
 type endpoint struct {
 	base string // scheme://host[:port], what requests are sent to
 	name string // host:port or socket path, for messages
-	// hc speaks HTTP/2 to etcd's gRPC service (unary calls), gw
-	// HTTP/1.1 to its JSON gateway (watches).
-	hc, gw *http.Client
+	// hc speaks HTTP/2 to etcd's gRPC service.
+	hc *http.Client
 }
 
-// client sends gateway requests to the endpoints, failing over to the next
+// client sends gRPC requests to the endpoints, failing over to the next
 // one when a member cannot be reached.
 type client struct {
 	eps            []*endpoint
@@ -107,21 +106,6 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 	if useTLS && tlsc == nil {
 		tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	transport := func(protocols *http.Protocols) *http.Transport {
-		tr := &http.Transport{
-			MaxIdleConns:        0,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: dialTimeout,
-			DisableCompression:  true,
-			DialContext:         dial,
-			Protocols:           protocols,
-		}
-		if useTLS {
-			tr.TLSClientConfig = tlsc.Clone()
-		}
-		return tr
-	}
 	// gRPC: HTTP/2 only, negotiated by TLS or, in the clear, with prior
 	// knowledge (as gRPC clients do; etcd tells the two apart by it).
 	h2 := new(http.Protocols)
@@ -130,10 +114,19 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 	} else {
 		h2.SetUnencryptedHTTP2(true)
 	}
-	ep.hc = &http.Client{Transport: transport(h2)}
-	h1 := new(http.Protocols)
-	h1.SetHTTP1(true)
-	ep.gw = &http.Client{Transport: transport(h1)}
+	tr := &http.Transport{
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: dialTimeout,
+		DisableCompression:  true,
+		DialContext:         dial,
+		Protocols:           h2,
+	}
+	if useTLS {
+		tr.TLSClientConfig = tlsc.Clone()
+	}
+	ep.hc = &http.Client{Transport: tr}
 	return ep, nil
 }
 
@@ -141,7 +134,6 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 func (c *client) close() {
 	for _, ep := range c.eps {
 		ep.hc.CloseIdleConnections()
-		ep.gw.CloseIdleConnections()
 	}
 }
 
@@ -235,24 +227,34 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 	}
 	// The status is in the trailers, or in the headers of an answer
 	// without a message.
-	code := resp.Trailer.Get("Grpc-Status")
-	msg := resp.Trailer.Get("Grpc-Message")
-	if code == "" {
-		code, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	code, msg, ok := grpcStatus(resp.Trailer)
+	if !ok {
+		code, msg, ok = grpcStatus(resp.Header)
 	}
-	if m, err := url.PathUnescape(msg); err == nil {
-		msg = m
-	}
-	switch n, err := strconv.Atoi(code); {
-	case err != nil:
+	switch {
+	case !ok:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: an answer without a gRPC status", kv.ErrUnavailable, ep.name), retryable: true, sent: true}
-	case n != 0:
-		return classifyStatus(ep, resp.StatusCode, n, msg)
+	case code != 0:
+		return classifyStatus(ep, resp.StatusCode, code, msg)
 	}
 	if err := decodeResponse(data, out); err != nil {
 		return &sendError{err: fmt.Errorf("etcd %s: undecodable response: %v", ep.name, err)}
 	}
 	return nil
+}
+
+// grpcStatus reads the gRPC status from h (trailers, or the headers of
+// an answer without messages); ok is false when h holds none.
+func grpcStatus(h http.Header) (code int, msg string, ok bool) {
+	n, err := strconv.Atoi(h.Get("Grpc-Status"))
+	if err != nil {
+		return 0, "", false
+	}
+	msg = h.Get("Grpc-Message")
+	if m, err := url.PathUnescape(msg); err == nil {
+		msg = m
+	}
+	return n, msg, true
 }
 
 // classifyTransport sorts a failed HTTP round trip: TLS trouble is

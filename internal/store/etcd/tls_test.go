@@ -80,9 +80,7 @@ func newPKI(t *testing.T, name string) *pki {
 		writePEM(t, keyPath, "EC PRIVATE KEY", kder)
 		return cert, keyPath
 	}
-	// etcd's JSON gateway dials its own gRPC server with the server
-	// certificate as a client certificate: it needs both usages.
-	p.serverCert, p.serverKey = issue("server", 2, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	p.serverCert, p.serverKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
 	p.clientCert, p.clientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
 	return p
 }

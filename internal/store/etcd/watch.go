@@ -1,14 +1,15 @@
 package etcd
 
 import (
+	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 )
@@ -47,126 +48,150 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	return resp.Revision, nil
 }
 
-// The JSON shapes of the gateway's streaming POST /v3/watch.
-type watchCreate struct {
-	CreateRequest struct {
-		Key           string `json:"key"`
-		RangeEnd      string `json:"range_end"`
-		StartRevision string `json:"start_revision"`
-	} `json:"create_request"`
-}
-
-type watchEvent struct {
-	Type string   `json:"type"` // "PUT" (often omitted: the zero value) or "DELETE"
-	KV   keyValue `json:"kv"`
-}
-
-type watchMessage struct {
-	Result *struct {
-		Header          header       `json:"header"`
-		Created         bool         `json:"created"`
-		Canceled        bool         `json:"canceled"`
-		CompactRevision string       `json:"compact_revision"`
-		CancelReason    string       `json:"cancel_reason"`
-		Events          []watchEvent `json:"events"`
-	} `json:"result"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // Watch reports the changes to keys under prefix (relative to the store's
 // prefix; "" for all of them) made after revision after: fn is called
 // with the events of each watch response in revision order, and the
 // response's revision (the cluster's revision when it was sent: at least
-// every event's; replayed history may arrive in one response). It returns when ctx ends (with ctx's error), when
-// the stream breaks (an error wrapping kv.ErrUnavailable; the next call
-// tries the next endpoint), or with ErrWatchCompacted. It never returns
-// nil. fn runs on Watch's goroutine; Watch waits for it.
+// every event's; replayed history may arrive in one response). It
+// returns when ctx ends (with ctx's error), when the stream breaks or
+// cannot be opened (an error wrapping kv.ErrUnavailable, and ErrTLS too
+// when the connection's TLS failure is known; the next call tries the
+// next endpoint), or with ErrWatchCompacted. It never returns nil. fn runs on Watch's
+// goroutine; Watch waits for it.
+//
+// The watch is one call of etcd's Watch service, a gRPC stream on the
+// HTTP/2 connection the unary calls use, with the same TLS configuration.
 func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(rev int64, evs []Event)) error {
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	full := s.full(prefix)
-	var wc watchCreate
-	wc.CreateRequest.Key = b64(full)
-	wc.CreateRequest.RangeEnd = b64(prefixEnd(full))
-	wc.CreateRequest.StartRevision = itoa(after + 1)
-	body, err := json.Marshal(wc)
-	if err != nil {
-		return fmt.Errorf("etcd: encode watch request: %w", err)
-	}
 	i := int(s.c.cur.Load()) % len(s.c.eps)
 	ep := s.c.eps[i]
-	fail := func(format string, args ...any) error {
+	fail := func(err error) error {
+		if parent.Err() != nil {
+			return parent.Err()
+		}
 		// Let the next attempt (of any caller) use the next member.
 		s.c.cur.CompareAndSwap(int32(i), int32((i+1)%len(s.c.eps)))
-		return fmt.Errorf("%w: etcd %s: watch: %s", kv.ErrUnavailable, ep.name, fmt.Sprintf(format, args...))
+		if !errors.Is(err, kv.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		}
+		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+"/v3/watch", bytes.NewReader(body))
+	body := newOpenBody(ctx, encodeWatchCreate(full, prefixEnd(full), after+1))
+	defer body.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+methodWatch, body)
 	if err != nil {
 		return fmt.Errorf("etcd: build watch request: %w", err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := ep.gw.Do(req)
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	resp, err := ep.hc.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fail("%v", scrub(err))
+		return fail(classifyTransport(ep, err).err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fail("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fail(classifyStatus(ep, resp.StatusCode, 0, strings.TrimSpace(string(data))).err)
 	}
-	dec := json.NewDecoder(resp.Body)
+	if code, msg, ok := grpcStatus(resp.Header); ok {
+		// An answer without messages: the call failed at once.
+		return fail(streamEnd(ep, code, msg))
+	}
+	r := bufio.NewReader(resp.Body)
 	for {
-		var m watchMessage
-		if err := dec.Decode(&m); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fail("stream ended: %v", scrub(err))
+		msg, err := readFrame(r)
+		if err == io.EOF {
+			code, msg, _ := grpcStatus(resp.Trailer)
+			return fail(streamEnd(ep, code, msg))
 		}
-		if m.Error != nil {
-			return fail("%s", m.Error.Message)
-		}
-		r := m.Result
-		if r == nil {
-			continue
-		}
-		if r.CompactRevision != "" && r.CompactRevision != "0" {
-			return fmt.Errorf("%w: revision %d is before the compaction at %s", ErrWatchCompacted, after+1, r.CompactRevision)
-		}
-		if r.Canceled {
-			return fail("canceled: %s", r.CancelReason)
-		}
-		if len(r.Events) == 0 {
-			continue
-		}
-		rev, err := atoi(r.Header.Revision)
 		if err != nil {
-			return errors.New("etcd: undecodable watch revision")
+			return fail(fmt.Errorf("etcd %s: watch stream broken: %w", ep.name, scrub(err)))
 		}
-		evs := make([]Event, 0, len(r.Events))
-		for _, e := range r.Events {
-			k, err := unb64(e.KV.Key)
-			if err != nil || !strings.HasPrefix(string(k), s.prefix) {
-				return errors.New("etcd: watch reported a key outside the prefix")
-			}
-			key := string(k)[len(s.prefix):]
-			if e.Type == "DELETE" {
-				v, err := atoi(e.KV.ModRevision)
-				if err != nil {
-					return errors.New("etcd: undecodable mod_revision")
-				}
-				evs = append(evs, Event{Key: key, Version: v, Delete: true})
-				continue
-			}
-			kvp, err := decodeKV(key, e.KV)
-			if err != nil {
-				return err
-			}
-			evs = append(evs, Event{Key: key, Value: kvp.Value, Version: kvp.Version})
+		var wr watchResponse
+		if err := decodeWatchResponse(msg, &wr); err != nil {
+			return fail(fmt.Errorf("etcd %s: watch: %w", ep.name, err))
 		}
-		fn(rev, evs)
+		if wr.CompactRevision != 0 {
+			return fmt.Errorf("%w: revision %d is before the compaction at %d", ErrWatchCompacted, after+1, wr.CompactRevision)
+		}
+		if wr.Canceled {
+			return fail(fmt.Errorf("etcd %s: watch canceled: %s", ep.name, wr.CancelReason))
+		}
+		if len(wr.Events) == 0 {
+			continue
+		}
+		evs, err := s.events(wr.Events)
+		if err != nil {
+			return err
+		}
+		fn(wr.Revision, evs)
 	}
+}
+
+// events turns the events of a watch response into Events.
+func (s *Store) events(wes []watchEvent) ([]Event, error) {
+	evs := make([]Event, 0, len(wes))
+	for _, e := range wes {
+		if !strings.HasPrefix(string(e.KV.Key), s.prefix) {
+			return nil, errors.New("etcd: watch reported a key outside the prefix")
+		}
+		key := string(e.KV.Key)[len(s.prefix):]
+		if e.Delete {
+			if e.KV.ModRevision <= 0 {
+				return nil, errors.New("etcd: undecodable mod_revision")
+			}
+			evs = append(evs, Event{Key: key, Version: e.KV.ModRevision, Delete: true})
+			continue
+		}
+		kvp, err := entry(key, e.KV)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, Event{Key: key, Value: kvp.Value, Version: kvp.Version})
+	}
+	return evs, nil
+}
+
+// streamEnd is the error of a watch stream that ended with gRPC status
+// code (an ended watch is a failure whatever the code).
+func streamEnd(ep *endpoint, code int, msg string) error {
+	if code == 0 {
+		return fmt.Errorf("etcd %s: watch stream ended", ep.name)
+	}
+	return classifyStatus(ep, http.StatusOK, code, msg).err
+}
+
+// openBody is the body of a watch request: the create request, then
+// nothing until it is closed or its context ends, so the stream's send
+// side stays open while the watch lasts, as a gRPC client's does. The
+// transport closes it when the stream ends; reading it never blocks the
+// end of the call.
+type openBody struct {
+	ctx  context.Context
+	msg  *bytes.Reader
+	done chan struct{}
+	once sync.Once
+}
+
+func newOpenBody(ctx context.Context, msg []byte) *openBody {
+	return &openBody{ctx: ctx, msg: bytes.NewReader(msg), done: make(chan struct{})}
+}
+
+func (b *openBody) Read(p []byte) (int, error) {
+	if b.msg.Len() > 0 {
+		return b.msg.Read(p)
+	}
+	select {
+	case <-b.ctx.Done():
+	case <-b.done:
+	}
+	return 0, io.EOF
+}
+
+func (b *openBody) Close() error {
+	b.once.Do(func() { close(b.done) })
+	return nil
 }

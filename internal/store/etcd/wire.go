@@ -1,11 +1,6 @@
 package etcd
 
-import (
-	"encoding/base64"
-	"strconv"
-)
-
-// The requests and answers of the unary calls (gRPC, grpcwire.go): keys
+// The requests and answers of the unary calls (grpcwire.go): keys
 // and values as they are, revisions as numbers.
 
 type rangeRequest struct {
@@ -63,33 +58,6 @@ type txnResponse struct {
 	Revision  int64 // of the header
 	Succeeded bool
 	Responses []responseOp
-}
-
-// The JSON shapes of the gateway's watch stream (watch.go): bytes are
-// base64, int64 are decimal strings, and fields at their zero value are
-// omitted.
-
-type header struct {
-	Revision string `json:"revision"`
-}
-
-type keyValue struct {
-	Key         string `json:"key"`
-	Value       string `json:"value"`
-	ModRevision string `json:"mod_revision"`
-}
-
-func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
-func unb64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-func atoi(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	return strconv.ParseInt(s, 10, 64)
 }
 
 // prefixEnd is the range end covering every key that starts with p: p with
