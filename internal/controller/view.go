@@ -16,8 +16,8 @@ import (
 
 // apiView is the controller's view of the API: shared informers for Pods
 // and Nodes (one LIST and one WATCH each, never a per-pod GET), with pods
-// and nodes stripped to what the leak rules read so that a large cluster's
-// pods fit in little memory.
+// and nodes stripped to what the leak rules and the node metric read, so
+// that a large cluster's pods fit in little memory.
 type apiView struct {
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
