@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/forecast"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // runsOutWithin is how soon a pool must be forecast to run out for the
@@ -19,6 +20,10 @@ type poolForecast struct {
 	w   forecast.Window
 	est forecast.Estimate
 	ok  bool
+	// usable is the pool's usable addresses at version (a scan of the
+	// pool, not repeated for every change of its blocks).
+	usable  float64
+	version store.Version
 }
 
 // forecastLocked samples, at now, the addresses in use of every pool
@@ -47,8 +52,11 @@ func (m *model) forecastLocked(d *dirty, now time.Time) {
 			f = &poolForecast{}
 			m.forecasts[name] = f
 		}
+		if f.version == "" || f.version != ps.version {
+			f.usable, f.version = float64(ps.pool.Usable()), ps.version
+		}
 		f.w.Add(now, float64(inUse))
-		f.est, f.ok = f.w.Estimate(max(0, float64(ps.pool.Usable())-float64(inUse)))
+		f.est, f.ok = f.w.Estimate(max(0, f.usable-float64(inUse)))
 	}
 }
 
