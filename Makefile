@@ -57,8 +57,11 @@ $(TOOLS_BIN)/staticcheck:
 #   kubectl           the deploy/ and RBAC tests against a real API server
 #   chromium          the address map's browser tests
 #   runc, nsenter     the real node's runtime (test/node)
+#   promtool          the alert rules' tests (Debian's prometheus package;
+#                     the Prometheus service it brings is stopped and disabled)
 SYSDEPS := ip:iproute2 ping:iputils-ping gcc:gcc /usr/include/stdio.h:libc6-dev \
-	strace:strace kubectl:kubectl chromium:chromium runc:runc nsenter:util-linux
+	strace:strace kubectl:kubectl chromium:chromium runc:runc nsenter:util-linux \
+	promtool:prometheus
 
 sysdeps:
 	@missing=""; \
@@ -78,6 +81,9 @@ sysdeps:
 	for pkg in $$missing; do \
 		if [[ $$pkg == kubectl ]] && ! apt-cache show kubectl >/dev/null 2>&1; then pkg=kubernetes-client; fi; \
 		apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends $$pkg; \
+		if [[ $$pkg == prometheus ]]; then \
+			systemctl disable --now prometheus >/dev/null 2>&1 || invoke-rc.d prometheus stop >/dev/null 2>&1 || true; \
+		fi; \
 	done
 
 # A real kube-apiserver for the Kubernetes tests, built from the module proxy

@@ -103,6 +103,8 @@ type Controller struct {
 	nodes   leaks.Tracker
 	orphans leaks.Tracker
 	usable  map[string]uint64 // pool definition -> usable addresses
+	// poolHist is what the pool metrics keep between passes.
+	poolHist poolHistory
 
 	// reconcileMu lets one term's loop end before the next one starts
 	// (the elector does not wait for it).
@@ -144,6 +146,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.view = v
+	c.m.nodeNetwork.watch(v.nodes.GetStore())
 	return c, nil
 }
 
@@ -190,8 +193,8 @@ func (c *Controller) Reconcile(ctx context.Context) {
 	guardDone := c.guard.start(ctx)
 	defer guardDone()
 	c.resetTrackers()
-	c.m.leader.Set(1)
-	defer c.m.leader.Set(0)
+	c.m.setLeading(true)
+	defer c.m.setLeading(false)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	due := c.cfg.Now()
@@ -369,7 +372,7 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	if err := ctx.Err(); err != nil {
 		return next, err
 	}
-	c.poolMetrics(snap)
+	c.poolMetrics(snap, now)
 	return next, nil
 }
 
@@ -396,42 +399,6 @@ func (c *Controller) stale(ctx context.Context, now time.Time) string {
 		return "the API server does not list pods: " + err.Error()
 	}
 	return ""
-}
-
-// poolMetrics sets ipkeeper_pool_addresses from the pass's read of the
-// pools and blocks.
-func (c *Controller) poolMetrics(snap allocator.Snapshot) {
-	pools := snap.Pools
-	byPool := map[string][]ipam.Block{}
-	for _, b := range snap.Blocks {
-		byPool[b.Pool] = append(byPool[b.Pool], b)
-	}
-	seen := map[string]bool{}
-	for _, p := range pools {
-		def := fmt.Sprintf("%+v", p)
-		total, ok := c.usable[def]
-		if !ok {
-			total = p.Usable()
-			c.usable[def] = total
-		}
-		var inUse, free, permitted uint64
-		for _, b := range byPool[p.Name] {
-			inUse += uint64(b.InUse())
-			free += uint64(b.FreeCount(p))
-			permitted += uint64(p.PermittedIn(b.CIDR))
-		}
-		if total > permitted {
-			free += total - permitted // unclaimed blocks are free as a whole
-		}
-		seen[p.Name] = true
-		c.m.poolAddresses.WithLabelValues(p.Name, "total").Set(float64(total))
-		c.m.poolAddresses.WithLabelValues(p.Name, "in_use").Set(float64(inUse))
-		c.m.poolAddresses.WithLabelValues(p.Name, "free").Set(float64(free))
-	}
-	if len(c.usable) > 4*len(pools)+16 {
-		c.usable = map[string]uint64{}
-	}
-	c.m.forgetPools(seen)
 }
 
 func podName(h ipam.Handle) string {

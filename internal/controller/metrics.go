@@ -24,6 +24,9 @@ type Metrics struct {
 	leader          prometheus.Gauge
 	kubeRequests    *prometheus.CounterVec
 
+	pool        poolSeries
+	nodeNetwork *nodeNetworkCollector
+
 	pools map[string]bool // pools with ipkeeper_pool_addresses series
 }
 
@@ -72,21 +75,25 @@ func NewMetrics() *Metrics {
 			Name: "ipkeeper_kube_requests_total",
 			Help: "Requests this process sent to the Kubernetes API, by verb (list, watch, get, create, update, patch, delete) and resource.",
 		}, []string{"verb", "resource"}),
+		pool:        newPoolSeries(),
+		nodeNetwork: newNodeNetworkCollector(),
 	}
+	m.Registry.MustRegister(append(m.pool.collectors(), m.nodeNetwork)...)
 	m.Registry.MustRegister(m.poolAddresses, m.leakCandidates, m.releases, m.releaseSkips, m.blocksFreed,
 		m.claimsAdopted, m.reconcile, m.reconcileErrors, m.leader, m.kubeRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// forgetPools drops the ipkeeper_pool_addresses series of pools not in
-// current, and remembers current.
+// forgetPools drops the per-pool series of pools not in current, and
+// remembers current.
 func (m *Metrics) forgetPools(current map[string]bool) {
 	for p := range m.pools {
 		if !current[p] {
 			for _, s := range []string{"total", "in_use", "free"} {
 				m.poolAddresses.DeleteLabelValues(p, s)
 			}
+			m.pool.forget(p)
 		}
 	}
 	m.pools = current

@@ -16,8 +16,8 @@ import (
 
 // apiView is the controller's view of the API: shared informers for Pods
 // and Nodes (one LIST and one WATCH each, never a per-pod GET), with pods
-// and nodes stripped to what the leak rules read so that a large cluster's
-// pods fit in little memory.
+// and nodes stripped to what the leak rules and the node metric read, so
+// that a large cluster's pods fit in little memory.
 type apiView struct {
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
@@ -103,7 +103,11 @@ func strip(obj any) (any, error) {
 			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
 		}, nil
 	case *corev1.Node:
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion}}, nil
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion}}
+		if c := networkNotReady(o); c != nil {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}}
+		}
+		return n, nil
 	}
 	return obj, nil
 }

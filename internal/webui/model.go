@@ -43,6 +43,10 @@ type model struct {
 	leakList []LeakCandidate   // as last reported, sorted
 	bad      map[string]string // objects that cannot be read -> why
 	strs     map[string]string // interned node and namespace names
+	// forecasts are the pools' exhaustion forecasts; now is the clock
+	// their samples are taken by.
+	forecasts map[string]*poolForecast
+	now       func() time.Time
 
 	// idx is the handles' search index, built by the first search (under
 	// idxMu, with mu held for reading) and again when idxAdded, the
@@ -125,6 +129,9 @@ func newModel(log *slog.Logger) *model {
 		leaks:    map[netip.Addr]LeakCandidate{},
 		bad:      map[string]string{},
 		strs:     map[string]string{},
+
+		forecasts: map[string]*poolForecast{},
+		now:       time.Now,
 	}
 }
 
@@ -200,6 +207,7 @@ func (m *model) finishLocked(rev int64, d *dirty, full bool) {
 			b.agg = m.aggregate(b.b)
 		}
 	}
+	m.forecastLocked(d, m.now())
 	if rev == 0 {
 		rev = m.rev
 		if d.n > 0 {

@@ -73,6 +73,15 @@ type poolView struct {
 	// TrailingGap is the number of unclaimed blocks after the last
 	// claimed one (compressed layout).
 	TrailingGap float64 `json:"trailingGap,omitempty"`
+	// NetRate is the net change of the addresses in use per second over
+	// ForecastWindow seconds of changes the map saw; ExhaustionSeconds
+	// the time until none is free at that rate (as of the last change;
+	// absent when the pool is not filling or before a rate is known).
+	// RunsOut marks a pool forecast to run out within a day.
+	NetRate           float64  `json:"netRate,omitempty"`
+	ForecastWindow    float64  `json:"forecastWindowSeconds,omitempty"`
+	ExhaustionSeconds *float64 `json:"exhaustionSeconds,omitempty"`
+	RunsOut           bool     `json:"runsOut,omitempty"`
 }
 
 type reservedSpan struct {
@@ -220,6 +229,7 @@ func (m *model) poolView(name string, colors map[string]string) poolView {
 	if ps != nil && pv.NumBlocks > next {
 		pv.TrailingGap = float64(pv.NumBlocks - next)
 	}
+	m.setForecast(&pv)
 	return pv
 }
 

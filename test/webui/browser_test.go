@@ -399,6 +399,18 @@ func TestAddressMapInBrowser(t *testing.T) {
 		t.Errorf("generation %d after ADD and DEL, was %d", gen2, gen)
 	}
 	p.shot("live-del")
+
+	// The tiny pool fills while the map watches: it is forecast to run out
+	// and marked.
+	s.cni(t, "ADD", "node-a", "tiny-3", "b-tiny")
+	p.wait("the tiny pool marked as running out", `document.querySelector('article[data-pool="b-tiny"]').dataset.runsOut === "true" &&
+		[...document.querySelectorAll('article[data-pool="b-tiny"] .tag.warn')].some((e) => e.textContent.startsWith("runs out in "))`)
+	var marked map[string]string
+	p.eval(`Object.fromEntries([...document.querySelectorAll('article[data-pool]')].map((a) => [a.dataset.pool, a.dataset.runsOut]))`, &marked)
+	if marked["a-v4"] != "false" || marked["c-v6"] != "false" {
+		t.Errorf("pools marked as running out: %v, want only b-tiny", marked)
+	}
+	p.shot("forecast")
 }
 
 func hasBlock(p drawnPool, cidr, node string) bool {

@@ -53,6 +53,13 @@
     return (Math.abs(l - Math.round(l)) < 1e-9 ? '' : '≈') + '2^' + (Number.isInteger(Math.round(l * 10) / 10) ? Math.round(l) : l.toFixed(1));
   }
   const pct = (a, b) => (b > 0 ? (100 * a / b < 0.1 && a > 0 ? '<0.1' : (100 * a / b).toFixed(1)) : '0') + '%';
+  function dur(s) {
+    if (s < 90) return Math.max(0, Math.round(s)) + 's';
+    if (s < 5400) return Math.round(s / 60) + 'm';
+    if (s < 172800) return Math.round(s / 3600) + 'h';
+    if (s < 3.2e9) return Math.round(s / 86400) + 'd';
+    return 'over a century';
+  }
   function v4ToInt(s) { return s.split('.').reduce((a, o) => a * 256 + Number(o), 0); }
   function intToV4(n) { return [n >>> 24 & 255, n >>> 16 & 255, n >>> 8 & 255, n & 255].join('.'); }
   function since(iso) {
@@ -172,18 +179,24 @@
     const h = $('h2', art);
     const tags = [p.missing ? 'definition missing' : `IPv${p.family}`, p.blockSize ? `/${p.blockSize} blocks` : null,
       p.layout === 'compressed' ? 'compressed axis' : null, p.strictAffinity ? 'strict affinity' : null,
-      p.disabled ? 'disabled' : null, p.deleting ? 'deleting' : null, p.nodeSelector ? 'nodes: ' + p.nodeSelector : null];
+      p.disabled ? 'disabled' : null, p.deleting ? 'deleting' : null, p.nodeSelector ? 'nodes: ' + p.nodeSelector : null,
+      p.runsOut ? (p.exhaustionSeconds > 0 ? 'runs out in ' + dur(p.exhaustionSeconds) : 'full') : null];
     h.replaceChildren(el('span', { text: p.name }), el('span', { class: 'cidr', text: p.cidr || '' }),
-      ...tags.filter(Boolean).map((t) => el('span', { class: 'tag' + (/missing|disabled|deleting/.test(t) ? ' warn' : ''), text: t })));
+      ...tags.filter(Boolean).map((t) => el('span', { class: 'tag' + (/missing|disabled|deleting|runs out|full/.test(t) ? ' warn' : ''), text: t })));
     const usable = p.usable || 0;
     const parts = [el('b', { text: fmt(p.inUse) }), ` in use of ${usable >= 1e7 ? fmtBig(usable) : fmt(usable)} usable (${pct(p.inUse, usable)}) · `,
       el('b', { text: fmt(p.claimed) }), ` of ${p.numBlocks >= 1e7 ? fmtBig(p.numBlocks) : fmt(p.numBlocks || p.claimed)} blocks claimed`];
     if (p.borrowed) parts.push(' · ', el('b', { text: fmt(p.borrowed) }), ' borrowed');
     if (p.leaks) parts.push(' · ', el('b', { text: fmt(p.leaks) }), p.leaks === 1 ? ' leak candidate' : ' leak candidates');
     if (p.orphans) parts.push(' · ', el('b', { text: fmt(p.orphans) }), ' without handle');
+    if (p.exhaustionSeconds != null) {
+      parts.push(' · ', el('b', { class: 'forecast', text: p.exhaustionSeconds > 0 ? 'runs out in ' + dur(p.exhaustionSeconds) : 'full' }),
+        ` at the rate of the last ${dur(p.forecastWindowSeconds || 0)}`);
+    }
     $('.stats', art).replaceChildren(...parts);
     $('.meter > span', art).style.width = usable > 0 ? Math.min(100, 100 * p.inUse / usable) + '%' : '0';
-    Object.assign(art.dataset, { claimed: p.claimed, inUse: p.inUse, borrowed: p.borrowed, leaks: p.leaks, layout: p.layout });
+    Object.assign(art.dataset, { claimed: p.claimed, inUse: p.inUse, borrowed: p.borrowed, leaks: p.leaks, layout: p.layout,
+      runsOut: p.runsOut ? 'true' : 'false' });
   }
 
   function sizeCanvas(c, w, h) {
