@@ -154,7 +154,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 	}
 	c, err := New(Config{
 		Client:    client,
-		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, ds, true) },
+		Open:      func(ctx context.Context) (store.Store, error) { return datastore.Open(ctx, ds, datastore.Options{}) },
 		KeepOpen:  ds.Type == config.DatastoreEtcd || ds.Type == config.DatastoreKubernetes,
 		LeakGrace: o.LeakGrace,
 		Resync:    o.Resync,

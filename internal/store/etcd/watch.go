@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // ErrWatchCompacted means Watch was asked for changes from a revision that
@@ -80,7 +80,7 @@ type watchMessage struct {
 // with the events of each watch response in revision order, and the
 // response's revision (the cluster's revision when it was sent: at least
 // every event's; replayed history may arrive in one response). It returns when ctx ends (with ctx's error), when
-// the stream breaks (an error wrapping kv.ErrUnavailable; the next call
+// the stream breaks (an error wrapping store.ErrUnavailable; the next call
 // tries the next endpoint), or with ErrWatchCompacted. It never returns
 // nil. fn runs on Watch's goroutine; Watch waits for it.
 func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(rev int64, evs []Event)) error {
@@ -98,7 +98,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 	fail := func(format string, args ...any) error {
 		// Let the next attempt (of any caller) use the next member.
 		s.c.cur.CompareAndSwap(int32(i), int32((i+1)%len(s.c.eps)))
-		return fmt.Errorf("%w: etcd %s: watch: %s", kv.ErrUnavailable, ep.name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: etcd %s: watch: %s", store.ErrUnavailable, ep.name, fmt.Sprintf(format, args...))
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+"/v3/watch", bytes.NewReader(body))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
@@ -88,7 +89,7 @@ func TestWatchReportsPutsAndDeletesAfterRevision(t *testing.T) {
 }
 
 // TestWatchUnreachable: a stream that cannot be opened wraps
-// kv.ErrUnavailable.
+// store.ErrUnavailable.
 func TestWatchUnreachable(t *testing.T) {
 	port, err := etcdtest.FreePort()
 	if err != nil {
@@ -102,10 +103,10 @@ func TestWatchUnreachable(t *testing.T) {
 	}
 	defer s.Close()
 	err = s.Watch(ctx, "", 0, func(int64, []etcd.Event) {})
-	if !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("Watch on a closed port: %v, want kv.ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Watch on a closed port: %v, want store.ErrUnavailable", err)
 	}
-	if _, err := s.Revision(ctx); !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("Revision on a closed port: %v, want kv.ErrUnavailable", err)
+	if _, err := s.Revision(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Revision on a closed port: %v, want store.ErrUnavailable", err)
 	}
 }
