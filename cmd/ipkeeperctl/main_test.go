@@ -16,8 +16,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
@@ -208,7 +209,7 @@ func TestExitStatusesAndJSON(t *testing.T) {
 
 	// Damage the store behind the CLI's back: the claim of node-a's IPv4
 	// block vanishes (another node could claim the block).
-	st, err := kvbacked.OpenLocal(context.Background(), e.store)
+	st, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: e.store}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

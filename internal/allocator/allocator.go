@@ -107,7 +107,7 @@ func (a *Allocator) readNode(ctx context.Context, name string) (store.Node, erro
 }
 
 // Remember tells the allocator of objects its caller has just read
-// (datastore.OpenStoreWarm's read with the layout marker): the node object,
+// (datastore.Open's read with the layout marker, Options.Warm): the node object,
 // which the next allocation on it uses as if it had read it (its write
 // still a compare-and-swap on the version read: a change since conflicts
 // and is read), the pools, cached as if read now, and claims of the node,
@@ -174,13 +174,11 @@ func (a *Allocator) writeNode(ctx context.Context, n store.Node) (store.Node, er
 			err = fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}
 	case len(n.Blocks) == 0 && len(n.Handles) == 0 && len(n.Loans) == 0:
-		err = a.store.DeleteNode(ctx, n)
+		err = goneIsConflict(a.store.DeleteNode(ctx, n))
 		out = store.Node{Name: n.Name}
 	default:
 		out, err = a.store.UpdateNode(ctx, n)
-		if errors.Is(err, store.ErrNotFound) {
-			err = fmt.Errorf("%w: %w", store.ErrConflict, err)
-		}
+		err = goneIsConflict(err)
 	}
 	if err != nil {
 		a.known.Delete(n.Name)
@@ -196,6 +194,23 @@ func (a *Allocator) writeNode(ctx context.Context, n store.Node) (store.Node, er
 		a.known.Store(n.Name, out)
 	}
 	return out, nil
+}
+
+// goneIsConflict makes the error of a write that found its object
+// deleted (store.ErrNotFound) a conflict too, so that the retry re-reads
+// the object.
+func goneIsConflict(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return err
+}
+
+// updatePool is UpdatePool whose object found deleted is a conflict
+// (goneIsConflict).
+func (a *Allocator) updatePool(ctx context.Context, p store.Pool) (store.Pool, error) {
+	out, err := a.store.UpdatePool(ctx, p)
+	return out, goneIsConflict(err)
 }
 
 // storeErr maps a stored object that cannot be used to ErrCorrupt, keeping

@@ -53,7 +53,7 @@ func (a *Allocator) ensurePool(ctx context.Context, def ipam.Pool, missing bool)
 			return fmt.Errorf("%w: pool %q is stored as %s, the config asks for %s; remove it with 'ipkeeperctl pool rm %s' once it is empty, or use another range",
 				ErrPoolConflict, def.Name, describe(stored.Spec), describe(def), def.Name)
 		}
-		_, err = a.store.UpdatePool(ctx, store.Pool{Spec: def, Version: stored.Version})
+		_, err = a.updatePool(ctx, store.Pool{Spec: def, Version: stored.Version})
 		out = def
 		return err
 	})
@@ -129,7 +129,7 @@ func (a *Allocator) DeletePool(ctx context.Context, name string) error {
 			return err
 		}
 		p.Spec.Deleting = true
-		marked, err = a.store.UpdatePool(ctx, p)
+		marked, err = a.updatePool(ctx, p)
 		return err
 	})
 	if err != nil {
@@ -182,7 +182,7 @@ func (a *Allocator) removeMarked(ctx context.Context, name string) error {
 				return err
 			}
 			p.Spec.Deleting = false
-			_, err = a.store.UpdatePool(ctx, p)
+			_, err = a.updatePool(ctx, p)
 			return err
 		})
 		if err != nil {
@@ -246,7 +246,7 @@ func (a *Allocator) CancelPoolRemoval(ctx context.Context, name string) (bool, e
 			return nil
 		}
 		p.Spec.Deleting = false
-		_, err = a.store.UpdatePool(ctx, p)
+		_, err = a.updatePool(ctx, p)
 		return err
 	})
 	return was, err

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -20,13 +19,13 @@ type retryPolicy struct {
 }
 
 // retryConflicts runs attempt until it returns something other than a
-// conflict of either storage contract (kv or store), waiting a jittered,
+// conflict (store.ErrConflict), waiting a jittered,
 // growing backoff between attempts.
 func retryConflicts(ctx context.Context, log *slog.Logger, pol retryPolicy, op string, attempt func() error) error {
 	wait := pol.base
 	for i := 1; ; i++ {
 		err := attempt()
-		if !errors.Is(err, kv.ErrConflict) && !errors.Is(err, store.ErrConflict) {
+		if !errors.Is(err, store.ErrConflict) {
 			return err
 		}
 		if i >= pol.attempts {

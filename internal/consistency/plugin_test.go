@@ -82,7 +82,7 @@ func (p plugin) add(at attachment) netip.Addr {
 // allocated.
 func (p plugin) check() int {
 	p.t.Helper()
-	st, err := datastore.OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: p.dir}, true)
+	st, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: p.dir}, datastore.Options{})
 	if err != nil {
 		p.t.Fatal(err)
 	}

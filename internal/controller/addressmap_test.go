@@ -358,7 +358,7 @@ func mapFixture(t *testing.T, s *kubetest.Server, pool ipam.Pool) (string, strin
 	ctx := context.Background()
 	ns, node := namespaceAndNode(t, s, "m")
 	dir := t.TempDir()
-	st, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, true)
+	st, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

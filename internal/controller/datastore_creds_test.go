@@ -140,7 +140,7 @@ func watcherKubeconfig(t *testing.T, s *kubetest.Server, ns string) string {
 func plantLeak(t *testing.T, setup config.Datastore, ns, node string) ipam.Handle {
 	t.Helper()
 	ctx := context.Background()
-	st, err := datastore.OpenStore(ctx, setup, true)
+	st, err := datastore.Open(ctx, setup, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func plantLeak(t *testing.T, setup config.Datastore, ns, node string) ipam.Handl
 func handlesIn(t *testing.T, setup config.Datastore) map[string]ipam.Handle {
 	t.Helper()
 	ctx := context.Background()
-	st, err := datastore.OpenStore(ctx, setup, true)
+	st, err := datastore.Open(ctx, setup, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

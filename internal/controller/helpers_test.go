@@ -119,7 +119,7 @@ func newRigOn(t *testing.T, grace time.Duration, backend string) *rig {
 		t.Fatalf("unknown backend %q", backend)
 	}
 	if backend != config.DatastoreLocal {
-		st, err := datastore.OpenStore(ctx, r.setup, true)
+		st, err := datastore.Open(ctx, r.setup, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func newRigOn(t *testing.T, grace time.Duration, backend string) *rig {
 	}
 	r.c, err = New(Config{
 		Client:    client,
-		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, r.ds, true) },
+		Open:      func(ctx context.Context) (store.Store, error) { return datastore.Open(ctx, r.ds, datastore.Options{}) },
 		KeepOpen:  backend != config.DatastoreLocal,
 		LeakGrace: grace,
 		Resync:    time.Hour,
@@ -166,7 +166,7 @@ func (r *rig) alloc(f func(a *allocator.Allocator)) {
 		f(allocator.New(r.keep, nil))
 		return
 	}
-	st, err := datastore.OpenStore(context.Background(), r.setup, true)
+	st, err := datastore.Open(context.Background(), r.setup, datastore.Options{})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -226,7 +226,7 @@ func apiClient(path string, m *Metrics) (kubernetes.Interface, error) {
 func (o Options) controller(ds config.Datastore, client kubernetes.Interface, m *Metrics, log *slog.Logger) (*Controller, error) {
 	return New(Config{
 		Client:    client,
-		Open:      func(ctx context.Context) (store.Store, error) { return datastore.OpenStore(ctx, ds, true) },
+		Open:      func(ctx context.Context) (store.Store, error) { return datastore.Open(ctx, ds, datastore.Options{}) },
 		KeepOpen:  ds.Type == config.DatastoreEtcd || ds.Type == config.DatastoreKubernetes,
 		LeakGrace: o.LeakGrace,
 		Resync:    o.Resync,

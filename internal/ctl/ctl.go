@@ -47,8 +47,10 @@ type Env struct {
 	Getenv func(string) string
 	// Hostname is the last fallback for the node name.
 	Hostname func() (string, error)
-	// Open opens the typed datastore (default OpenStore: the CLI never
-	// takes the node lock plugin calls serialize on).
+	// Open opens the typed datastore (default datastore.Open of a
+	// long-running process: the CLI never takes the node lock plugin calls
+	// serialize on; a local or etcd store of the first layout is migrated
+	// first).
 	Open func(ctx context.Context, ds config.Datastore) (store.Store, error)
 	// Exists reports whether a path exists, for the netns of a handle.
 	Exists func(path string) bool
@@ -57,14 +59,11 @@ type Env struct {
 // OSEnv is the environment of the running process.
 func OSEnv() Env {
 	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Hostname: os.Hostname,
-		Open: OpenStore, Exists: pathExists}
+		Open: openStore, Exists: pathExists}
 }
 
-// OpenStore opens the typed datastore ds names as the CLI does:
-// datastore.OpenStore's shared open (no node lock; a local or etcd store
-// of the first layout is migrated first).
-func OpenStore(ctx context.Context, ds config.Datastore) (store.Store, error) {
-	return datastore.OpenStore(ctx, ds, true)
+func openStore(ctx context.Context, ds config.Datastore) (store.Store, error) {
+	return datastore.Open(ctx, ds, datastore.Options{})
 }
 
 func pathExists(p string) bool {

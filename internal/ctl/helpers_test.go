@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
 
@@ -78,7 +79,7 @@ func (h *harness) fails(code int, mention []string, args ...string) string {
 // must not hold it then).
 func (h *harness) store(f func(a *allocator.Allocator)) {
 	h.t.Helper()
-	st, err := OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir})
+	st, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, datastore.Options{})
 	if err != nil {
 		h.t.Fatal(err)
 	}

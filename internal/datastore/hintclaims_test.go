@@ -29,7 +29,7 @@ func stealSetup(t *testing.T, h *hintTest) (store.BlockRef, store.Claim, store.S
 	h.add("node-b", "b0")
 	h.add("node-b", "b1")
 	h.add("node-a", "a0")
-	s, err := OpenStore(t.Context(), h.ds, true)
+	s, err := Open(t.Context(), h.ds, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestHintClaimsReadWithMarker(t *testing.T) {
 	h.add("node-b", "b0")
 	h.add("node-a", "c0")
 	h.add("node-a", "c1")
-	shared, err := OpenStore(t.Context(), h.ds, true)
+	shared, err := Open(t.Context(), h.ds, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestHintClaimsReadWithMarker(t *testing.T) {
 	if hint == nil || len(hint.Claims) != 2 || len(hint.Pools) != 2 {
 		t.Fatalf("hint %+v; want node-a's two claims and the two pools", hint)
 	}
-	kvs, err := Open(t.Context(), h.ds)
+	kvs, err := openKV(t.Context(), h.ds)
 	if err != nil {
 		t.Fatal(err)
 	}

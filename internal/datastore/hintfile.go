@@ -150,11 +150,10 @@ func removeHint(path string) { _ = os.Remove(path) }
 // (once in the store's life).
 const storeIDTimeout = 2 * time.Second
 
-// hintedStore is the plugin's typed store on etcd: Close leaves the node
-// object and pools it last read or wrote in the hint file before the node
-// lock is released.
-type hintedStore struct {
-	*kvbacked.Store
+// hintFile is the hint file of a plugin's open on etcd (locked.Close
+// saves it before the node lock is released).
+type hintFile struct {
+	s    *kvbacked.Store
 	path string
 	// id and at are the store's identity and its key's version, as the
 	// open found them ("" when it has none yet).
@@ -162,10 +161,10 @@ type hintedStore struct {
 	at store.Version
 }
 
-// Close writes or removes the hint file, then closes the store (which
-// releases the node lock).
-func (h *hintedStore) Close() error {
-	hint, ok := h.Tracked()
+// save leaves the node object and pools the store last read or wrote in
+// the hint file, or removes the file when there is nothing to leave.
+func (h *hintFile) save() {
+	hint, ok := h.s.Tracked()
 	if ok {
 		id, at := h.id, h.at
 		if hint.Wrote && (id == "" || hint.Layout == "") {
@@ -173,10 +172,10 @@ func (h *hintedStore) Close() error {
 			// that marked or migrated it (the marker's version).
 			ctx, cancel := context.WithTimeout(context.Background(), storeIDTimeout)
 			if id == "" {
-				id, at, _ = kvbacked.EnsureStoreID(ctx, h.KV())
+				id, at, _ = kvbacked.EnsureStoreID(ctx, h.s.KV())
 			}
 			if hint.Layout == "" {
-				hint.Layout, _ = kvbacked.LayoutVersion(ctx, h.KV())
+				hint.Layout, _ = kvbacked.LayoutVersion(ctx, h.s.KV())
 			}
 			cancel()
 		}
@@ -188,5 +187,4 @@ func (h *hintedStore) Close() error {
 	} else {
 		removeHint(h.path)
 	}
-	return h.Store.Close()
 }

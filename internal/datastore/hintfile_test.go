@@ -67,7 +67,8 @@ func (h *hintTest) add(node, container string) (ipam.Handle, Warmed) {
 func (h *hintTest) tryAdd(node, container string) (ipam.Handle, Warmed, error) {
 	h.t.Helper()
 	ctx := h.t.Context()
-	s, warmed, err := OpenStoreWarm(ctx, h.ds, false, Warm{Node: node, Pools: []string{h.v4.Name, osV6.Name}})
+	var warmed Warmed
+	s, err := Open(ctx, h.ds, Options{Plugin: true, Warm: Warm{Node: node, Pools: []string{h.v4.Name, osV6.Name}}, Warmed: &warmed})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -84,7 +85,8 @@ func (h *hintTest) tryAdd(node, container string) (ipam.Handle, Warmed, error) {
 func (h *hintTest) del(node, container string) Warmed {
 	h.t.Helper()
 	ctx := h.t.Context()
-	s, warmed, err := OpenStoreWarm(ctx, h.ds, false, Warm{Node: node})
+	var warmed Warmed
+	s, err := Open(ctx, h.ds, Options{Plugin: true, Warm: Warm{Node: node}, Warmed: &warmed})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func (h *hintTest) del(node, container string) Warmed {
 // on an address held twice.
 func (h *hintTest) handles() map[string]ipam.Handle {
 	h.t.Helper()
-	s, err := OpenStore(h.t.Context(), h.ds, true)
+	s, err := Open(h.t.Context(), h.ds, Options{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestHintReadsNothing(t *testing.T) {
 	}
 	count := func(w Warm, container string) ([3]int, Warmed) {
 		t.Helper()
-		kvs, err := Open(t.Context(), h.ds)
+		kvs, err := openKV(t.Context(), h.ds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +214,7 @@ func TestHintStale(t *testing.T) {
 	h := newHintTest(t)
 	h.add("node-a", "c0")
 	// Another writer, not through the plugin's open.
-	s, err := OpenStore(t.Context(), h.ds, true)
+	s, err := Open(t.Context(), h.ds, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +247,7 @@ func TestHintOfAnotherStore(t *testing.T) {
 		t.Fatalf("hint %+v; want one naming the store", old)
 	}
 	// Wipe the store: every key under the prefix.
-	kvs, err := Open(t.Context(), h.ds)
+	kvs, err := openKV(t.Context(), h.ds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func TestHintPoolChanged(t *testing.T) {
 				h.add("node-a", c)
 				want = append(want, c)
 			}
-			s, err := OpenStore(t.Context(), h.ds, true)
+			s, err := Open(t.Context(), h.ds, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -383,7 +385,7 @@ func TestHintPoolChanged(t *testing.T) {
 // pool and none of them has a free address.
 func (h *hintTest) roomless(node string) bool {
 	h.t.Helper()
-	s, err := OpenStore(h.t.Context(), h.ds, true)
+	s, err := Open(h.t.Context(), h.ds, Options{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -415,7 +417,7 @@ func TestHintLayoutChanged(t *testing.T) {
 	h := newHintTest(t)
 	h.add("node-a", "c0")
 	h.add("node-a", "c1")
-	kvs, err := Open(t.Context(), h.ds)
+	kvs, err := openKV(t.Context(), h.ds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +436,7 @@ func TestHintLayoutChanged(t *testing.T) {
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ADD on a store of another layout: %v; want ErrUnavailable", err)
 	}
-	kvs, err = Open(t.Context(), h.ds)
+	kvs, err = openKV(t.Context(), h.ds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +462,7 @@ func TestHintFullButFreed(t *testing.T) {
 		h.add("node-a", c)
 		added = append(added, c)
 	}
-	s, err := OpenStore(t.Context(), h.ds, true)
+	s, err := Open(t.Context(), h.ds, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +477,7 @@ func TestHintFullButFreed(t *testing.T) {
 	if _, w := h.add("node-a", "late"); !w.Unread {
 		t.Fatal("the hint was not taken")
 	}
-	s, err = OpenStore(t.Context(), h.ds, true)
+	s, err = Open(t.Context(), h.ds, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// nodeLock does nothing where there is no flock: conflicts between local
+// flockWait does nothing where there is no flock: conflicts between local
 // processes are still safe, only slower.
-func nodeLock(ctx context.Context, _, _ string, _ time.Duration) (func(), error) {
+func flockWait(ctx context.Context, _, _ string, _ time.Duration) (func(), error) {
 	return func() {}, ctx.Err()
 }

@@ -12,16 +12,15 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/flock"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// nodeLock takes an exclusive flock on dir/name, waiting at most wait (and
-// while ctx lasts); the returned func releases it. A process that dies
-// releases its lock with its file descriptor. dir must have passed
-// filetrust.PrepareDir; the lock file must be a regular file that only root or
-// the caller may change (filetrust.OpenPrivateFile), else the error wraps
-// ErrBadPath.
-func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func(), error) {
+// flockWait takes an exclusive flock on dir/name, waiting at most wait
+// (and while ctx lasts); the returned func releases it. dir must have
+// passed filetrust.PrepareDir; the lock file must be a regular file that
+// only root or the caller may change (filetrust.OpenPrivateFile), else the
+// error wraps ErrBadPath.
+func flockWait(ctx context.Context, dir, name string, wait time.Duration) (func(), error) {
 	path := filepath.Join(dir, name)
 	f, err := filetrust.OpenPrivateFile("node lock file", path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
@@ -33,7 +32,7 @@ func nodeLock(ctx context.Context, dir, name string, wait time.Duration) (func()
 		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
 			return nil, fmt.Errorf("node lock %s: %w", path, pe.Err)
 		}
-		return nil, fmt.Errorf("%w: another ipkeeper process on this node held %s for %v: %w", kv.ErrUnavailable, path, wait, ctx.Err())
+		return nil, fmt.Errorf("%w: another ipkeeper process on this node held %s for %v: %w", store.ErrUnavailable, path, wait, ctx.Err())
 	}
 	return func() { _ = f.Close() }, nil
 }

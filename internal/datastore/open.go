@@ -1,30 +1,28 @@
 // Package datastore opens the datastore a config's `datastore` object
-// names: the typed store (OpenStore) and, for local and etcd, the kv.Store
-// it is kept in (Open, OpenShared).
+// names, as the typed store (store.Store, docs/STORAGE.md): Open is the
+// one way every binary and test opens one. It owns what an open involves
+// beyond the backend's own client: this node's lock for plugin calls, the
+// plugin's hint file on etcd, the migration of a local or etcd store of
+// the first layout, and the Kubernetes backend's registration by the
+// binaries that link it (kubeopen).
 package datastore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
-	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // DefaultLocalPath is where the local store lives when no path is given.
 const DefaultLocalPath = "/var/lib/cni/ipkeeper"
-
-// DefaultLockDir holds the node-local lock files of shared datastores;
-// $IPKEEPER_LOCK_DIR overrides it.
-const DefaultLockDir = "/run/ipkeeper"
-
-// LockDirEnv names the environment variable that overrides DefaultLockDir.
-const LockDirEnv = "IPKEEPER_LOCK_DIR"
 
 // ErrBadPath wraps every error about a datastore path or node lock
 // directory that cannot be used safely (missing or not a
@@ -36,50 +34,126 @@ var ErrBadPath = local.ErrBadPath
 // ErrUnsupported means the datastore type is not known.
 var ErrUnsupported = errors.New("unsupported datastore type")
 
-// Open opens the datastore ds describes.
+// Warm names the objects an opener reads first (a node object, pools);
+// Warmed is what the open read of them (kvbacked.Warm, kvbacked.Warmed).
+type (
+	Warm   = kvbacked.Warm
+	Warmed = kvbacked.Warmed
+)
+
+// Options say how Open opens a datastore. The zero value is the opening
+// of a long-running process (the agent, the controller, the admin CLI,
+// the map): without the node lock, so that it never stalls the node's
+// plugin calls.
+type Options struct {
+	// Plugin opens the datastore as a CNI plugin call: on etcd and the
+	// Kubernetes API under this node's lock for that datastore, held
+	// until Close (nodelock.go), and on etcd with the node's hint file
+	// when Warm.Node is set (hintfile.go).
+	Plugin bool
+	// Warm names objects that a local or etcd open reads with the layout
+	// marker, in the same request.
+	Warm Warm
+	// Warmed, when not nil, is set to what the open read of Warm's
+	// objects (Warmed.OK false when it did not: no Warm, a store migrated
+	// by this open, or the Kubernetes API, which reads nothing on open).
+	Warmed *Warmed
+}
+
+// Open opens the typed datastore ds names.
 //
-// For etcd it first takes this node's exclusive lock for that datastore (a
-// flock on a file under $IPKEEPER_LOCK_DIR, default DefaultLockDir), held
-// until Close. The lock directory and the lock file must be safe for root
-// to use (owned by root or the caller, not writable by others, no symbolic
-// link or special file as the lock file): anything else fails with
-// ErrBadPath naming the path and the fix. Under the lock, plugin
-// processes on one node take turns instead of fighting over the node's own
-// blocks, so transaction conflicts come only from other nodes. Waiting for the lock is bounded by three request timeouts
-// and by ctx; running out wraps kv.ErrUnavailable.
-func Open(ctx context.Context, ds config.Datastore) (kv.Store, error) {
+// local and etcd: the backend's kv.Store (local.Open: the file lock, path
+// checks and fsync are the local package's; etcd.Open) as kvbacked's
+// typed store. A store without the layout marker is migrated before it is
+// returned (migrate.Ensure: the first layout converted, or only the
+// marker written, for an empty store or objects stored before markers),
+// so nothing uses the typed objects of an unconverted store. Every open
+// pays one read of the marker (one Get: one round trip on etcd), which
+// also reads opts.Warm's objects; only an unmarked store pays more. A
+// plugin open of etcd takes the node lock before it connects.
+//
+// kubernetes: the opener package kubeopen registers (kube.go): kube.Open
+// with ds.Kubeconfig (empty: in-cluster) and ds.Prefix as the partition;
+// it sends nothing. A plugin open loads the kubeconfig, then takes the
+// node lock.
+//
+// Errors: an unreachable backend or a lock not taken in time wraps
+// store.ErrUnavailable; paths that cannot be used safely wrap ErrBadPath
+// and name the path and the fix; a kubeconfig that cannot be loaded wraps
+// kube.ErrBadConfig and names its path.
+func Open(ctx context.Context, ds config.Datastore, opts Options) (store.Store, error) {
+	if opts.Warmed != nil {
+		*opts.Warmed = Warmed{}
+	}
 	switch ds.Type {
-	case "", config.DatastoreLocal:
-		path := ds.Path
-		if path == "" {
-			path = DefaultLocalPath
-		}
-		return local.Open(ctx, path)
-	case config.DatastoreEtcd:
-		return openEtcd(ctx, ds, true)
+	case "", config.DatastoreLocal, config.DatastoreEtcd:
+		return openKVBacked(ctx, ds, opts)
+	case config.DatastoreKubernetes:
+		return openKube(ctx, ds, opts.Plugin)
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrUnsupported, ds.Type)
 	}
 }
 
-// OpenShared opens the datastore like Open but without the node lock, for
-// long-running processes (the admin CLI, the controller) that must not
-// stall the node's plugin calls. For local stores it is Open.
-func OpenShared(ctx context.Context, ds config.Datastore) (kv.Store, error) {
-	if ds.Type == config.DatastoreEtcd {
-		return openEtcd(ctx, ds, false)
+// openKVBacked is Open of a local or etcd datastore.
+func openKVBacked(ctx context.Context, ds config.Datastore, opts Options) (store.Store, error) {
+	var unlock func()
+	if opts.Plugin && ds.Type == config.DatastoreEtcd {
+		var err error
+		if unlock, err = nodeLock(ctx, lockName(etcdConfig(ds)), ds.RequestTimeout); err != nil {
+			return nil, err
+		}
 	}
-	return Open(ctx, ds)
+	kvs, err := openKV(ctx, ds)
+	if err != nil {
+		release(unlock)
+		return nil, err
+	}
+	w := opts.Warm
+	var hint string
+	if unlock != nil && w.Node != "" {
+		hint = hintPath(lockDir(), lockName(etcdConfig(ds)), w.Node)
+		w.Hint = loadHint(hint, w.Node)
+	}
+	var s *kvbacked.Store
+	var warmed Warmed
+	ok := false
+	if w.Hint != nil {
+		s = kvbacked.New(kvs)
+		warmed, ok = s.TakeHint(w)
+	}
+	if !ok {
+		if s, warmed, err = openTyped(ctx, kvs, w); err != nil {
+			_ = kvs.Close()
+			release(unlock)
+			return nil, err
+		}
+	}
+	if opts.Warmed != nil {
+		*opts.Warmed = warmed
+	}
+	if unlock == nil {
+		return s, nil
+	}
+	l := &locked{Store: s, unlock: unlock}
+	if hint != "" {
+		s.Track(w.Node, warmed.Hint)
+		l.hint = &hintFile{s: s, path: hint, id: warmed.Hint.Store, at: warmed.Hint.StoreAt}
+	}
+	return l, nil
 }
 
-// lockDirWhat names the lock directory in messages.
-const lockDirWhat = "node lock directory (" + LockDirEnv + ", default " + DefaultLockDir + ")"
-
-func lockDir() string {
-	if dir := os.Getenv(LockDirEnv); dir != "" {
-		return dir
+// openKV opens the kv.Store of a local or etcd datastore, without the
+// node lock.
+func openKV(ctx context.Context, ds config.Datastore) (kv.Store, error) {
+	if ds.Type == config.DatastoreEtcd {
+		return etcd.Open(ctx, etcdConfig(ds))
 	}
-	return DefaultLockDir
+	path := ds.Path
+	if path == "" {
+		path = DefaultLocalPath
+	}
+	return local.Open(ctx, path)
 }
 
 func etcdConfig(ds config.Datastore) etcd.Config {
@@ -89,50 +163,19 @@ func etcdConfig(ds config.Datastore) etcd.Config {
 	}
 }
 
-func openEtcd(ctx context.Context, ds config.Datastore, lock bool) (kv.Store, error) {
-	cfg := etcdConfig(ds)
-	var unlock func()
-	if lock {
-		dir := lockDir()
-		wait := 3 * cfg.RequestTimeout
-		if wait <= 0 {
-			wait = 3 * etcd.DefaultRequestTimeout
-		}
-		// The directory is checked (and made) before the lock file is
-		// opened, so a refusal creates nothing but a safe directory.
-		if _, err := filetrust.PrepareDir(lockDirWhat, dir); err != nil {
-			return nil, err
-		}
-		var err error
-		if unlock, err = nodeLock(ctx, dir, lockName(cfg), wait); err != nil {
-			return nil, err
-		}
-	}
-	s, err := etcd.Open(ctx, cfg)
+// openTyped returns the typed store on kvs, migrating it first when it
+// has no layout marker (migrate.Ensure), and what it read of w's objects
+// with the marker. A marked store costs one Get.
+func openTyped(ctx context.Context, kvs kv.Store, w Warm) (*kvbacked.Store, Warmed, error) {
+	layout, warmed, err := kvbacked.ReadLayoutWarm(ctx, kvs, w)
 	if err != nil {
-		if unlock != nil {
-			unlock()
-		}
-		return nil, err
+		return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
 	}
-	if unlock == nil {
-		return s, nil
+	if layout == kvbacked.LayoutTyped {
+		return kvbacked.New(kvs), warmed, nil
 	}
-	return &lockedStore{Store: s, unlock: unlock}, nil
-}
-
-// lockedStore releases the node lock when it is closed.
-type lockedStore struct {
-	*etcd.Store
-	unlock func()
-}
-
-// Close closes the store and then releases the node lock.
-func (l *lockedStore) Close() error {
-	err := l.Store.Close()
-	if l.unlock != nil {
-		l.unlock()
-		l.unlock = nil
+	if err := migrate.Ensure(ctx, kvs); err != nil {
+		return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
 	}
-	return err
+	return kvbacked.New(kvs), Warmed{}, nil
 }

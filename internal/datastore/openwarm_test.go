@@ -30,7 +30,7 @@ func TestOpenWarmADD(t *testing.T) {
 			}
 			// A first ADD makes the pools, the node's blocks and its object.
 			func() {
-				s, err := OpenStore(ctx, ds, false)
+				s, err := Open(ctx, ds, Options{Plugin: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -42,7 +42,7 @@ func TestOpenWarmADD(t *testing.T) {
 			warm := Warm{Node: "node-a", Pools: []string{osV4.Name, osV6.Name, "no-such-pool", "bad/name"}}
 			held := map[string]string{}
 			for i, stale := range []bool{false, true} {
-				kvs, err := Open(ctx, ds)
+				kvs, err := openKV(ctx, ds)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,7 +117,7 @@ func TestOpenWarmFirstLayout(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ds := b.ds(t)
 			writeFirstLayout(t, ds)
-			kvs, err := Open(t.Context(), ds)
+			kvs, err := openKV(t.Context(), ds)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ipkeeper/ipkeeper/internal/testenv"
-
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // nobody is the unprivileged user that plants files in the root-only cases.
@@ -29,8 +29,8 @@ func must(t *testing.T, errs ...error) {
 	}
 }
 
-// Open of an etcd datastore refuses a node lock directory another user
-// could change, and lock files that are links, with ErrBadPath naming the
+// A plugin's Open of an etcd datastore refuses a node lock directory
+// another user could change, and lock files that are links, with ErrBadPath naming the
 // path; nothing is created, and the target of a planted link is left
 // alone. A safe directory gets a 0700 lock directory.
 func TestLockDirTrust(t *testing.T) {
@@ -83,7 +83,7 @@ func TestLockDirTrust(t *testing.T) {
 			dir, names := c.setup(t, base)
 			t.Setenv(LockDirEnv, dir)
 			before := testenv.FileModes(t, base)
-			s, err := Open(t.Context(), ds)
+			s, err := Open(t.Context(), ds, Options{Plugin: true})
 			if err == nil {
 				s.Close()
 				t.Fatal("Open succeeded")
@@ -104,12 +104,14 @@ func TestLockDirTrust(t *testing.T) {
 		must(t, os.Chmod(filepath.Dir(base), 0o700), os.Chmod(base, 0o700))
 		dir := filepath.Join(base, "run", "ipkeeper")
 		t.Setenv(LockDirEnv, dir)
-		s, err := Open(t.Context(), ds)
+		srv := etcdtest.ForTest(t, nil)
+		ds := config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/trust"}
+		s, err := Open(t.Context(), ds, Options{Plugin: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		for p, want := range map[string]fs.FileMode{dir: fs.ModeDir | 0o700, filepath.Join(dir, lock): 0o600} {
+		for p, want := range map[string]fs.FileMode{dir: fs.ModeDir | 0o700, filepath.Join(dir, lockName(etcdConfig(ds))): 0o600} {
 			fi, err := os.Lstat(p)
 			if err != nil {
 				t.Fatal(err)
@@ -129,7 +131,7 @@ func TestLocalPathErrors(t *testing.T) {
 	must(t, os.WriteFile(file, []byte("x"), 0o600))
 	for _, p := range []string{file, filepath.Join(file, "sub"), filepath.Join(base, "a\x00b")} {
 		before := testenv.FileModes(t, base)
-		s, err := Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: p})
+		s, err := Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: p}, Options{})
 		if err == nil {
 			s.Close()
 			t.Fatalf("Open(%q) succeeded", p)

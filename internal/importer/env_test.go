@@ -11,12 +11,12 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/importer"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // etcdServer is the embedded etcd this package's typed-store tests share,
@@ -62,7 +62,7 @@ var envs = []struct {
 	open func(t *testing.T) *env
 }{
 	{"store-local", func(t *testing.T) *env {
-		s, err := kvbacked.OpenLocal(t.Context(), t.TempDir())
+		s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,10 +70,10 @@ var envs = []struct {
 		return storeEnv(s)
 	}},
 	{"store-etcd", func(t *testing.T) *env {
-		s, err := kvbacked.OpenEtcd(t.Context(), etcd.Config{
+		s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreEtcd,
 			Endpoints: []string{etcdServer.Endpoint},
 			Prefix:    fmt.Sprintf("/imp%d-%s", etcdPrefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "_")),
-		})
+		}, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

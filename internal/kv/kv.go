@@ -1,23 +1,17 @@
-// Package kv defines the small versioned key-value contract every ipkeeper
-// datastore backend implements. The allocator keeps all of its state as
-// values under string keys and writes them only through Txn, a
-// compare-and-swap transaction over one or more keys, so one allocation is
-// one atomic write on every backend.
+// Package kv defines the versioned key-value contract of ipkeeper's two
+// key-value backends, the local bbolt file (store/local) and etcd
+// (store/etcd): values under string keys, written only through Txn, a
+// compare-and-swap transaction over one or more keys. The typed store on
+// them (store/kvbacked) writes one object with its index keys in one Txn.
+//
+// Errors are the store package's sentinels, so that one family reaches
+// every caller: a Txn whose condition failed returns an error wrapping
+// store.ErrConflict (nothing was written; re-read and retry), and a
+// backend that cannot be reached or used (connection refused, timeouts,
+// a lock not taken in time) returns errors wrapping store.ErrUnavailable.
 package kv
 
-import (
-	"context"
-	"errors"
-)
-
-// ErrConflict is returned by Txn when a condition did not hold; nothing was
-// written and the caller may re-read and retry.
-var ErrConflict = errors.New("kv: condition failed")
-
-// ErrUnavailable wraps failures to reach or use the datastore (connection
-// refused, timeouts, a lock that could not be taken in time). The plugin
-// maps it to CNI error 11 (try again later).
-var ErrUnavailable = errors.New("kv: datastore unavailable")
+import "context"
 
 // KeyValue is one stored entry. Version is 0 when the key does not exist
 // and otherwise a positive number that changes on every write of the key
@@ -60,7 +54,7 @@ type Store interface {
 	// List returns every entry whose key starts with prefix, sorted by key.
 	List(ctx context.Context, prefix string) ([]KeyValue, error)
 	// Txn applies ops if every cond holds, atomically. It returns an error
-	// wrapping ErrConflict when a cond fails.
+	// wrapping store.ErrConflict when a cond fails.
 	Txn(ctx context.Context, conds []Cond, ops []Op) error
 	// Close releases the store (and any lock it holds).
 	Close() error

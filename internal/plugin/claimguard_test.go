@@ -30,7 +30,7 @@ func TestADDRefusesForgedBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, true)
+	s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestADDRefusesForgedBlock(t *testing.T) {
 		t.Fatalf("ADD on the forged object = %v, %v; want code %d naming %s and node-b (node-b's %s is the stolen address)",
 			res, err, types.ErrInternal, claims[0].BlockRef, stolen)
 	}
-	s, err = datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, true)
+	s, err = datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

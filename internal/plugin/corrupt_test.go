@@ -9,7 +9,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // TestCorruptNodeObjectIs999: an ADD on a node whose stored object cannot
@@ -24,11 +24,11 @@ func TestCorruptNodeObjectIs999(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	s, err := kvbacked.OpenLocal(ctx, h.dir)
+	s, err := local.Open(ctx, h.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.KV().Txn(ctx, nil, []kv.Op{{Key: "nodes/node-a", Value: []byte("not a node object")}})
+	err = s.Txn(ctx, nil, []kv.Op{{Key: "nodes/node-a", Value: []byte("not a node object")}})
 	s.Close()
 	if err != nil {
 		t.Fatal(err)

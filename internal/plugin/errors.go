@@ -9,7 +9,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/netpools"
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
 	"github.com/ipkeeper/ipkeeper/internal/store"
@@ -82,7 +81,7 @@ func cniError(err error) *types.Error {
 		// holding it): retrying does not help; 'ipkeeperctl check' reports
 		// it. The message names the object.
 		return types.NewError(types.ErrInternal, err.Error(), "")
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, kv.ErrUnavailable), errors.Is(err, allocator.ErrContended),
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, allocator.ErrContended),
 		errors.Is(err, errNoKubeBinary):
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	default:

@@ -107,7 +107,7 @@ func TestGCKeepsBorrowedAddresses(t *testing.T) {
 // local store admits one opener at a time).
 func withTypedStore(t *testing.T, ds config.Datastore, f func(s store.Store)) {
 	t.Helper()
-	s, err := datastore.OpenStore(t.Context(), ds, true)
+	s, err := datastore.Open(t.Context(), ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

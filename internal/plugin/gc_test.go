@@ -34,7 +34,7 @@ func TestGCAdoptsClaimsOfKilledADDs(t *testing.T) {
 			}
 			ctx := context.Background()
 			ds := config.Datastore{Type: config.DatastoreLocal, Path: h.dir}
-			s, err := datastore.OpenStore(ctx, ds, true)
+			s, err := datastore.Open(ctx, ds, datastore.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,7 +50,7 @@ func TestGCAdoptsClaimsOfKilledADDs(t *testing.T) {
 			if err := h.p.GC(&skel.CmdArgs{StdinData: gc}); err != nil {
 				t.Fatalf("GC: %v", err)
 			}
-			s, err = datastore.OpenStore(ctx, ds, true)
+			s, err = datastore.Open(ctx, ds, datastore.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -117,7 +117,7 @@ type prepareFunc func(context.Context, *config.IPAM) (*config.IPAM, error)
 // that can be checked without the datastore (the pools the ranges define
 // included) is checked before it is opened, so that bad input never
 // creates one. With warm (ADD, DEL), the node's object and the config's
-// pools are read with the open's own read (datastore.OpenStoreWarm).
+// pools are read with the open's own read (datastore.Open with Options.Warm).
 func (p *Plugin) open(ctx context.Context, prepare prepareFunc, warm bool) (*session, error) {
 	conf, err := p.parsed.conf, p.parsed.err
 	if err != nil {
@@ -148,7 +148,8 @@ func (p *Plugin) open(ctx context.Context, prepare prepareFunc, warm bool) (*ses
 			w.Pools = append(w.Pools, d.Name)
 		}
 	}
-	store, warmed, err := datastore.OpenStoreWarm(ctx, conf.Datastore, false, w)
+	var warmed datastore.Warmed
+	store, err := datastore.Open(ctx, conf.Datastore, datastore.Options{Plugin: true, Warm: w, Warmed: &warmed})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 // handles lists the handle IDs in the harness's store.
 func (h *harness) handles() []string {
 	h.t.Helper()
-	s, err := datastore.OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, true)
+	s, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: h.dir}, datastore.Options{})
 	if err != nil {
 		h.t.Fatal(err)
 	}

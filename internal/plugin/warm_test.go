@@ -115,7 +115,7 @@ func TestADDRoundTripsOnEtcd(t *testing.T) {
 			t.Errorf("hint file %v: a DEL took %d etcd requests, want %d", hinted, n, wantDel)
 		}
 	}
-	st, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/warm"}, true)
+	st, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/warm"}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestHintedADDDoesNotReadTheNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/hinted"}, true)
+	st, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/hinted"}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

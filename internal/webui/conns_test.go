@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // patience bounds every wait of these tests for something the server
@@ -265,7 +265,10 @@ func TestEventStreamOutlivesTimeouts(t *testing.T) {
 	for !strings.Contains(next("the first full read"), `"loaded":true`) {
 	}
 	time.Sleep(5 * limits.read) // past every timeout of the server
-	st, err := kvbacked.OpenLocal(context.Background(), dir, local.WithLockTimeout(5*time.Second))
+	// The local store's lock wait ends with ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

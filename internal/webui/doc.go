@@ -36,7 +36,7 @@
 // # Following the datastore
 //
 // The map keeps a mirror of the typed store (docs/STORAGE.md) — pools,
-// block claims and node objects, opened with datastore.OpenStore (shared;
+// block claims and node objects, opened with datastore.Open (without the node lock;
 // a store of the first layout is migrated by that open) — with per-block
 // counts, so requests never read the datastore. A handle's records in
 // several node objects (an address borrowed from another node) are shown

@@ -48,7 +48,7 @@ const pollBackoff = 3
 // openStore is Options.Open's default: the typed store as the admin CLI
 // and the controller open it.
 func openStore(ctx context.Context, ds config.Datastore) (store.Store, error) {
-	return datastore.OpenStore(ctx, ds, true)
+	return datastore.Open(ctx, ds, datastore.Options{})
 }
 
 // feed picks how to follow the datastore; the returned func closes what

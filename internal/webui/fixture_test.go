@@ -61,7 +61,7 @@ func writeFixture(t *testing.T, dir string) map[string]ipam.Handle {
 // openLocal opens the typed local store in dir as the CLI does.
 func openLocal(t *testing.T, dir string) store.Store {
 	t.Helper()
-	st, err := datastore.OpenStore(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: dir}, true)
+	st, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: dir}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

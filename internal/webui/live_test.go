@@ -17,7 +17,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
-	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
 // blockInUse is the in-use count the map shows for a block (-1: not
@@ -82,9 +81,10 @@ func TestLocalStoreLive(t *testing.T) {
 	writeFixture(t, dir)
 	s := startUI(t, localOpts(dir))
 	liveSteps(t, s.u, func(f func(a *allocator.Allocator)) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// The local store's lock wait ends with ctx.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		st, err := kvbacked.OpenLocal(ctx, dir, local.WithLockTimeout(5*time.Second))
+		st, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, datastore.Options{})
 		if err != nil {
 			t.Fatalf("the map kept the local store locked: %v", err)
 		}
@@ -113,7 +113,7 @@ func TestEtcdLive(t *testing.T) {
 	srv := etcdtest.ForTest(t, nil)
 	ctx := context.Background()
 	ds := config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/webui-live"}
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestKubernetesLive(t *testing.T) {
 	ctx := context.Background()
 	ds := config.Datastore{Type: config.DatastoreKubernetes, Prefix: "webui-live",
 		Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")}
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

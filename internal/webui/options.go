@@ -61,8 +61,9 @@ type Options struct {
 	// file changed; etcd is opened once and watched; kubernetes is opened
 	// once and listed every PollInterval.
 	Datastore config.Datastore
-	// Open opens Datastore (default datastore.OpenStore, shared: without
-	// the node lock; it migrates a store of the first layout).
+	// Open opens Datastore (default datastore.Open as a long-running
+	// process: without the node lock; it migrates a store of the first
+	// layout).
 	Open func(ctx context.Context, ds config.Datastore) (store.Store, error)
 	// Store, when set, is used instead of opening Datastore: it is watched
 	// when it can be (kvbacked on etcd), else listed every PollInterval.

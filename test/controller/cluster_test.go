@@ -293,7 +293,7 @@ func (n *network) handles() map[string]ipam.Handle {
 // withAllocator runs f on the network's store, opened for f only.
 func (n *network) withAllocator(f func(a *allocator.Allocator)) {
 	n.t.Helper()
-	st, err := datastore.OpenStore(ctxT(n.t), n.ds, true)
+	st, err := datastore.Open(ctxT(n.t), n.ds, datastore.Options{})
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func newFleet(t *testing.T, c *cluster) *fleet {
 	t.Helper()
 	e := etcdtest.ForTest(t, nil)
 	f := &fleet{t: t, c: c, ep: e.Endpoint, prefix: "/" + c.ns, leaked: map[string]ipam.Handle{}, live: map[string]ipam.Handle{}}
-	st, err := datastore.OpenStore(ctxT(t), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{f.ep}, Prefix: f.prefix}, true)
+	st, err := datastore.Open(ctxT(t), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{f.ep}, Prefix: f.prefix}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

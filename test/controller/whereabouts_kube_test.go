@@ -92,7 +92,7 @@ func TestWhereaboutsIncidentKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: s.AdminKubeconfig, Prefix: c.ns}, true)
+	admin, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: s.AdminKubeconfig, Prefix: c.ns}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -353,7 +353,7 @@ func pluginConf(t *testing.T, list []byte) []byte {
 // storedHandles returns the handles of datastore ds by ID.
 func storedHandles(t *testing.T, ctx context.Context, ds config.Datastore) map[string]ipam.Handle {
 	t.Helper()
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func (f *fakeAgent) connections() int {
 // kubernetes datastore.
 func kubeOwners(t *testing.T, ds config.Datastore) map[string]int {
 	t.Helper()
-	s, err := datastore.OpenStore(ctxT(t), ds, true)
+	s, err := datastore.Open(ctxT(t), ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

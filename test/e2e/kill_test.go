@@ -273,7 +273,7 @@ func checkAfterKills(t *testing.T, ds config.Datastore, printed map[string]strin
 			t.Fatalf("bbolt consistency check: %v", err)
 		}
 	}
-	s, err := datastore.OpenStore(ctx, ds, true)
+	s, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatalf("store does not open after kill -9: %v", err)
 	}

@@ -27,7 +27,7 @@ import (
 // kubeHandles lists the handle IDs of a kubernetes datastore.
 func kubeHandles(t *testing.T, ds config.Datastore) []string {
 	t.Helper()
-	s, err := datastore.OpenStore(ctxT(t), ds, true)
+	s, err := datastore.Open(ctxT(t), ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,10 +20,10 @@ import (
 )
 
 // openStore opens the typed store under prefix in etcd as ipkeeperctl
-// does (datastore.OpenStore, shared); it is closed when the test ends.
+// does (datastore.Open of a long-running process); it is closed when the test ends.
 func openStore(t *testing.T, endpoints []string, prefix string) store.Store {
 	t.Helper()
-	s, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, true)
+	s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func checkStore(t *testing.T, endpoints []string, prefix string) consistency.Rep
 // pass (logged).
 func checkStoreExcept(t *testing.T, endpoints []string, prefix string, allowed ...consistency.Kind) consistency.Report {
 	t.Helper()
-	s, err := datastore.OpenStore(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, true)
+	s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: endpoints, Prefix: prefix}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestPluginKill9(t *testing.T) {
 	}
 	// Adoption (what `ipkeeperctl gc` runs) takes the claims killed ADDs
 	// left into their nodes' objects: then nothing at all is wrong.
-	st, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: eps, Prefix: prefix}, true)
+	st, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: eps, Prefix: prefix}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

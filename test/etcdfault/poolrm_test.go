@@ -15,7 +15,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ctl"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
-	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore for OpenStore and ipkeeperctl
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore for datastore.Open and ipkeeperctl
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
@@ -26,7 +26,7 @@ import (
 const poolBlocks = 110
 
 // backend is a datastore the removal test runs on: ds is what the test
-// (datastore.OpenStore) and ipkeeperctl open, pluginDS what the plugin's
+// (datastore.Open) and ipkeeperctl open, pluginDS what the plugin's
 // config names — the same but for the kubernetes datastore, where
 // ipkeeperctl authenticates as the controller's ServiceAccount and the
 // plugin as node-new's (a token bound to a pod on node-new), with the RBAC
@@ -144,7 +144,7 @@ func testPoolRemoval(t *testing.T, b backend, pool, other ipam.Pool) {
 	fs := &faultStore{}
 	withStore := func(f func(a *allocator.Allocator, s store.Store)) {
 		t.Helper()
-		s, err := datastore.OpenStore(ctx, b.ds, true)
+		s, err := datastore.Open(ctx, b.ds, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

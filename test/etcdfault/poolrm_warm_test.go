@@ -47,7 +47,7 @@ func TestPoolRemovalWarmADD(t *testing.T) {
 				pool := fam.pool
 				withStore := func(f func(a *allocator.Allocator, s store.Store)) {
 					t.Helper()
-					s, err := datastore.OpenStore(ctx, b.ds, true)
+					s, err := datastore.Open(ctx, b.ds, datastore.Options{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -182,7 +182,7 @@ func TestPoolMarkedBetweenClaimAndReread(t *testing.T) {
 				b := newBackend(t, name, "reread-"+fam.name)
 				ctx := t.Context()
 				pool := fam.pool
-				s, err := datastore.OpenStore(ctx, b.pluginDS, true)
+				s, err := datastore.Open(ctx, b.pluginDS, datastore.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -19,7 +19,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
-	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore for OpenStore
+	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore for datastore.Open
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 )
@@ -194,8 +194,8 @@ func (n *node) handles(t *testing.T) []ipam.Handle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := datastore.OpenStore(ctx, config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: n.srv.AdminKubeconfig,
-		Prefix: n.name, DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}, true)
+	s, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: n.srv.AdminKubeconfig,
+		Prefix: n.name, DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

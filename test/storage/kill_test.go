@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
@@ -44,7 +44,7 @@ type procBackend struct {
 var procBackends = []procBackend{
 	{"local", func(t *testing.T) (store.Store, []string) {
 		dir := t.TempDir()
-		s, err := kvbacked.OpenLocal(t.Context(), dir)
+		s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: dir}, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ var procBackends = []procBackend{
 	}, 1, 150 * time.Millisecond, 1000},
 	{"etcd", func(t *testing.T) (store.Store, []string) {
 		prefix := fmt.Sprintf("/kill%d", instances.Add(1))
-		s, err := kvbacked.OpenEtcd(t.Context(), etcd.Config{Endpoints: []string{etcdSrv.Endpoint}, Prefix: prefix})
+		s, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{etcdSrv.Endpoint}, Prefix: prefix}, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func TestKill9(t *testing.T) {
 				if s != nil {
 					return s
 				}
-				l, err := kvbacked.OpenLocal(t.Context(), flags[3])
+				l, err := datastore.Open(t.Context(), config.Datastore{Type: config.DatastoreLocal, Path: flags[3]}, datastore.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

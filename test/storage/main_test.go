@@ -15,12 +15,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 var (
@@ -52,7 +52,7 @@ type backend struct {
 
 var backends = []backend{
 	{"local", func(t testing.TB) store.Store {
-		s, err := kvbacked.OpenLocal(context.Background(), t.TempDir())
+		s, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,10 +60,10 @@ var backends = []backend{
 		return s
 	}},
 	{"etcd", func(t testing.TB) store.Store {
-		s, err := kvbacked.OpenEtcd(context.Background(), etcd.Config{
+		s, err := datastore.Open(context.Background(), config.Datastore{Type: config.DatastoreEtcd,
 			Endpoints: []string{etcdSrv.Endpoint},
 			Prefix:    fmt.Sprintf("/storage%d-%s", instances.Add(1), strings.ReplaceAll(t.Name(), "/", "_")),
-		})
+		}, datastore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func TestAddressMapKubernetesInBrowser(t *testing.T) {
 	defer cancel()
 	ds := config.Datastore{Type: config.DatastoreKubernetes, Prefix: "webui-browser",
 		Kubeconfig: srv.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller")}
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

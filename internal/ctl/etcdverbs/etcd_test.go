@@ -15,6 +15,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/ctl"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
@@ -79,8 +80,8 @@ func TestVerbsOnEtcd(t *testing.T) {
 			}
 			// The plugin's view of the same store: the typed store, opened
 			// as the CLI opens it.
-			st, err := ctl.OpenStore(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: prefix,
-				DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout})
+			st, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: prefix,
+				DialTimeout: config.DefaultDialTimeout, RequestTimeout: config.DefaultRequestTimeout}, datastore.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -189,7 +189,7 @@ func TestVerbsOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Allocations as the plugin makes them, through the typed store.
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

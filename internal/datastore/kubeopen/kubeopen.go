@@ -1,5 +1,5 @@
 // Package kubeopen links the Kubernetes datastore into a binary: importing
-// it (for its side effect) lets datastore.OpenStore open
+// it (for its side effect) lets datastore.Open open
 // {"type": "kubernetes"} datastores. It is kept apart because client-go's
 // package initialization costs every process that links it several times
 // the plugin's own start-up (internal/store/kube/initcost measures it;
@@ -25,9 +25,9 @@ const (
 )
 
 func init() {
-	datastore.RegisterKubernetes(func(shared bool, ds config.Datastore) (store.Store, error) {
+	datastore.RegisterKubernetes(func(ds config.Datastore, plugin bool) (store.Store, error) {
 		cfg := kube.Config{Kubeconfig: ds.Kubeconfig, Prefix: ds.Prefix, Timeout: ds.RequestTimeout}
-		if shared {
+		if !plugin {
 			cfg.QPS, cfg.Burst = sharedQPS, sharedBurst
 		}
 		return kube.Open(cfg)

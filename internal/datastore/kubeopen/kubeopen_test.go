@@ -20,14 +20,14 @@ import (
 // osV4 is the pool of the objects the test writes.
 var osV4 = ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.20.0.0/16"), BlockSize: 26}
 
-// datastore.OpenStore of the kubernetes datastore (with this package linked) with the node ServiceAccount's
-// kubeconfig works against a real API server with the shipped CRDs and
+// datastore.Open of the kubernetes datastore (with this package linked)
+// with the node ServiceAccount's kubeconfig works against a real API server with the shipped CRDs and
 // RBAC; a plugin open holds the node lock of that kubeconfig and
 // partition until Close (a second one waits and runs out as
 // ErrUnavailable; a shared open and another partition do not wait); a
 // kubeconfig path that cannot be loaded is named in the error and
 // creates no lock file.
-func TestOpenStore(t *testing.T) {
+func TestOpenKubernetes(t *testing.T) {
 	srv := kubetest.Start(t)
 	lockDir := t.TempDir()
 	t.Setenv(datastore.LockDirEnv, lockDir)
@@ -36,7 +36,7 @@ func TestOpenStore(t *testing.T) {
 		Kubeconfig:     srv.NodeKubeconfig(t, "node-a"),
 		RequestTimeout: 10 * time.Second}
 
-	s, err := datastore.OpenStore(ctx, ds, false)
+	s, err := datastore.Open(ctx, ds, datastore.Options{Plugin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +58,10 @@ func TestOpenStore(t *testing.T) {
 
 	impatient := ds // the same lock, waited for 3 × 100 ms
 	impatient.RequestTimeout = 100 * time.Millisecond
-	if _, err := datastore.OpenStore(ctx, impatient, false); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), lock) {
+	if _, err := datastore.Open(ctx, impatient, datastore.Options{Plugin: true}); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), lock) {
 		t.Fatalf("second plugin open while the lock is held: %v, want ErrUnavailable naming %s", err, lock)
 	}
-	shared, err := datastore.OpenStore(ctx, ds, true)
+	shared, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		t.Fatalf("shared open while the lock is held: %v", err)
 	}
@@ -71,7 +71,7 @@ func TestOpenStore(t *testing.T) {
 	shared.Close()
 	other := ds
 	other.Prefix = "openstore2"
-	o, err := datastore.OpenStore(ctx, other, false)
+	o, err := datastore.Open(ctx, other, datastore.Options{Plugin: true})
 	if err != nil {
 		t.Fatalf("plugin open of another partition: %v", err)
 	}
@@ -80,7 +80,7 @@ func TestOpenStore(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = datastore.OpenStore(ctx, ds, false)
+	s, err = datastore.Open(ctx, ds, datastore.Options{Plugin: true})
 	if err != nil {
 		t.Fatalf("plugin open after Close released the lock: %v", err)
 	}
@@ -93,7 +93,7 @@ func TestOpenStore(t *testing.T) {
 	t.Setenv(datastore.LockDirEnv, badDir)
 	bad := ds
 	bad.Kubeconfig = filepath.Join(t.TempDir(), "no-such.kubeconfig")
-	if _, err := datastore.OpenStore(ctx, bad, false); !errors.Is(err, kube.ErrBadConfig) || !strings.Contains(err.Error(), bad.Kubeconfig) {
+	if _, err := datastore.Open(ctx, bad, datastore.Options{Plugin: true}); !errors.Is(err, kube.ErrBadConfig) || !strings.Contains(err.Error(), bad.Kubeconfig) {
 		t.Fatalf("missing kubeconfig: %v, want kube.ErrBadConfig naming %s", err, bad.Kubeconfig)
 	}
 	if es, _ := os.ReadDir(badDir); len(es) != 0 {
@@ -125,13 +125,13 @@ current-context: x
 	}
 	t.Setenv(datastore.LockDirEnv, dir)
 	ds := config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: kubeconfig}
-	if _, err := datastore.OpenStore(t.Context(), ds, false); !errors.Is(err, datastore.ErrBadPath) || !strings.Contains(err.Error(), dir) {
+	if _, err := datastore.Open(t.Context(), ds, datastore.Options{Plugin: true}); !errors.Is(err, datastore.ErrBadPath) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("plugin open with a world-writable lock directory: %v, want datastore.ErrBadPath naming %s", err, dir)
 	}
 	if es, _ := os.ReadDir(dir); len(es) != 0 {
 		t.Fatalf("a refused open created %v", es)
 	}
-	s, err := datastore.OpenStore(t.Context(), ds, true) // shared: no lock, nothing checked or sent
+	s, err := datastore.Open(t.Context(), ds, datastore.Options{}) // shared: no lock, nothing checked or sent
 	if err != nil {
 		t.Fatal(err)
 	}

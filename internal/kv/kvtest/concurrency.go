@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Increment adds one to the decimal counter stored at key with a
-// read-modify-write CAS loop, retrying on kv.ErrConflict, and returns the
+// read-modify-write CAS loop, retrying on store.ErrConflict, and returns the
 // value it wrote and how many conflicts it retried. A missing key counts as
 // 0. Backends use it in their multi-process tests too.
 func Increment(ctx context.Context, s kv.Store, key string) (n int64, conflicts int, err error) {
@@ -37,7 +38,7 @@ func Increment(ctx context.Context, s kv.Store, key string) (n int64, conflicts 
 		if err == nil {
 			return v, conflicts, nil
 		}
-		if !errors.Is(err, kv.ErrConflict) {
+		if !errors.Is(err, store.ErrConflict) {
 			return 0, conflicts, err
 		}
 		conflicts++
@@ -88,7 +89,7 @@ func testConcurrentIncrements(t *testing.T, s kv.Store) {
 }
 
 // testConcurrentCreate races create-if-absent on one key: exactly one
-// writer may win, the others must see kv.ErrConflict.
+// writer may win, the others must see store.ErrConflict.
 func testConcurrentCreate(t *testing.T, s kv.Store) {
 	const workers, rounds = 8, 10
 	for r := range rounds {
@@ -108,7 +109,7 @@ func testConcurrentCreate(t *testing.T, s kv.Store) {
 				switch {
 				case err == nil:
 					wins.Add(1)
-				case !errors.Is(err, kv.ErrConflict):
+				case !errors.Is(err, store.ErrConflict):
 					errs <- fmt.Errorf("worker %d: %w", w, err)
 				}
 			})
@@ -126,17 +127,17 @@ func testConcurrentCreate(t *testing.T, s kv.Store) {
 }
 
 // wantCtxErr fails unless err reports the context's end (or wraps
-// kv.ErrUnavailable) and is not a conflict.
+// store.ErrUnavailable) and is not a conflict.
 func wantCtxErr(t *testing.T, err error, ctxErr error, what string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("%s: succeeded with a finished context", what)
 	}
-	if errors.Is(err, kv.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		t.Fatalf("%s: got a conflict (%v), want the context error", what, err)
 	}
-	if !errors.Is(err, ctxErr) && !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("%s: error %v wraps neither %v nor kv.ErrUnavailable", what, err, ctxErr)
+	if !errors.Is(err, ctxErr) && !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("%s: error %v wraps neither %v nor store.ErrUnavailable", what, err, ctxErr)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Run runs the whole conformance suite as subtests of t. open must return a
@@ -104,14 +105,14 @@ func put(t *testing.T, s kv.Store, key string, val []byte) int64 {
 	return e.Version
 }
 
-// wantConflict fails unless err wraps kv.ErrConflict.
+// wantConflict fails unless err wraps store.ErrConflict.
 func wantConflict(t *testing.T, err error, what string) {
 	t.Helper()
 	if err == nil {
-		t.Fatalf("%s: Txn succeeded, want kv.ErrConflict", what)
+		t.Fatalf("%s: Txn succeeded, want store.ErrConflict", what)
 	}
-	if !errors.Is(err, kv.ErrConflict) {
-		t.Fatalf("%s: Txn error %v does not wrap kv.ErrConflict", what, err)
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("%s: Txn error %v does not wrap store.ErrConflict", what, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 func testCreateIfAbsent(t *testing.T, s kv.Store) {
@@ -194,7 +195,7 @@ func testTxnRevision(t *testing.T, s kv.Store) {
 				t.Fatalf("TxnRevision returned %d, %s has version %d", rev, e.Key, e.Version)
 			}
 		}
-		if _, err := r.TxnRevision(t.Context(), []kv.Cond{{Key: "a", Version: rev - 1}}, []kv.Op{{Key: "a"}}); !errors.Is(err, kv.ErrConflict) {
+		if _, err := r.TxnRevision(t.Context(), []kv.Cond{{Key: "a", Version: rev - 1}}, []kv.Op{{Key: "a"}}); !errors.Is(err, store.ErrConflict) {
 			t.Fatalf("TxnRevision with a stale cond: %v, want ErrConflict", err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // endpoint is one etcd member's client URL and the HTTP client that talks
@@ -157,7 +157,7 @@ func (c *client) callResent(ctx context.Context, path string, in, out any) (bool
 		return false, fmt.Errorf("etcd: encode request: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		return false, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
@@ -195,8 +195,8 @@ func (c *client) callResent(ctx context.Context, path string, in, out any) (bool
 			}
 		}
 		if ctx.Err() != nil {
-			detail := strings.TrimPrefix(last.err.Error(), kv.ErrUnavailable.Error()+": ")
-			err := fmt.Errorf("%w: %w (last error: %s)", kv.ErrUnavailable, ctx.Err(), detail)
+			detail := strings.TrimPrefix(last.err.Error(), store.ErrUnavailable.Error()+": ")
+			err := fmt.Errorf("%w: %w (last error: %s)", store.ErrUnavailable, ctx.Err(), detail)
 			return sent, &sendError{err: err, retryable: true, sent: sent}
 		}
 	}
@@ -219,7 +219,7 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 512<<20))
 	if err != nil {
-		return &sendError{err: fmt.Errorf("%w: etcd %s: reading the response: %v", kv.ErrUnavailable, ep.name, scrub(err)),
+		return &sendError{err: fmt.Errorf("%w: etcd %s: reading the response: %v", store.ErrUnavailable, ep.name, scrub(err)),
 			retryable: true, sent: true}
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -233,7 +233,7 @@ func (c *client) once(ctx context.Context, ep *endpoint, path string, body []byt
 	}
 	switch {
 	case !ok:
-		return &sendError{err: fmt.Errorf("%w: etcd %s: an answer without a gRPC status", kv.ErrUnavailable, ep.name), retryable: true, sent: true}
+		return &sendError{err: fmt.Errorf("%w: etcd %s: an answer without a gRPC status", store.ErrUnavailable, ep.name), retryable: true, sent: true}
 	case code != 0:
 		return classifyStatus(ep, resp.StatusCode, code, msg)
 	}
@@ -279,7 +279,7 @@ func classifyTransport(ep *endpoint, err error) *sendError {
 		return &sendError{err: fmt.Errorf("%w: etcd %s rejected the TLS connection (check certFile/keyFile and that the server trusts their CA): %v", ErrTLS, ep.name, op.Err)}
 	}
 	notSent := errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED)
-	return &sendError{err: fmt.Errorf("%w: etcd %s: %v", kv.ErrUnavailable, ep.name, scrub(err)), retryable: true, sent: !notSent}
+	return &sendError{err: fmt.Errorf("%w: etcd %s: %v", store.ErrUnavailable, ep.name, scrub(err)), retryable: true, sent: !notSent}
 }
 
 // certReason is the x509 reason without certificate contents.
@@ -322,7 +322,7 @@ const (
 // classifyStatus turns a failed answer (a gRPC status other than OK, or
 // an HTTP status other than 200) into an error: the cluster's transient
 // states (no leader, timeouts, overload) are retryable and wrap
-// kv.ErrUnavailable.
+// store.ErrUnavailable.
 func classifyStatus(ep *endpoint, status, code int, msg string) *sendError {
 	if msg == "" {
 		msg = http.StatusText(status)
@@ -333,7 +333,7 @@ func classifyStatus(ep *endpoint, status, code int, msg string) *sendError {
 	switch {
 	case code == codeUnavailable, code == codeDeadlineExceeded, code == codeResourceExhausted,
 		status >= 500, status == http.StatusTooManyRequests:
-		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", kv.ErrUnavailable, ep.name, msg), retryable: true, sent: true}
+		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", store.ErrUnavailable, ep.name, msg), retryable: true, sent: true}
 	case code == codeOutOfRange:
 		return &sendError{err: fmt.Errorf("%w: etcd %s: %s", errCompacted, ep.name, msg)}
 	case code == codePermissionDenied, code == codeUnauthenticated:

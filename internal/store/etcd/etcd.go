@@ -28,7 +28,7 @@
 //
 // Failures to reach a member fail over to the next endpoint and are retried
 // with jittered backoff until the request timeout; what remains wraps
-// kv.ErrUnavailable. A transaction whose answer was lost after it may have
+// store.ErrUnavailable. A transaction whose answer was lost after it may have
 // reached etcd (a member killed mid-request, a dropped connection) is
 // resolved before Txn returns, even when the caller's context has ended:
 // it is sent again and, when that fails its compares, the keys are read
@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Defaults for Config fields left zero.
@@ -124,7 +125,7 @@ var _ kv.Store = (*Store)(nil)
 // contact etcd: the first operation does.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -180,7 +181,7 @@ func (s *Store) get(ctx context.Context, serial bool, keys []string) ([]kv.KeyVa
 	out := make([]kv.KeyValue, len(keys))
 	if len(keys) == 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 		return out, nil
 	}

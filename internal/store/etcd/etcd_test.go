@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/kv/kvtest"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
@@ -89,7 +90,7 @@ func TestPrefixIsolationAndPaging(t *testing.T) {
 }
 
 // An unreachable cluster fails, once the request timeout has passed, with
-// kv.ErrUnavailable, and the message names the endpoint, not the keys.
+// store.ErrUnavailable, and the message names the endpoint, not the keys.
 func TestUnreachable(t *testing.T) {
 	port, err := etcdtest.FreePort()
 	if err != nil {
@@ -102,8 +103,8 @@ func TestUnreachable(t *testing.T) {
 	}
 	defer s.Close()
 	err = s.Txn(t.Context(), []kv.Cond{{Key: "secret-key", Version: 0}}, []kv.Op{{Key: "secret-key", Value: []byte("secret-value")}})
-	if !errors.Is(err, kv.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Txn: %v, want kv.ErrUnavailable after the request timeout", err)
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Txn: %v, want store.ErrUnavailable after the request timeout", err)
 	}
 	if strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error leaks key or value: %v", err)
@@ -112,8 +113,8 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("error does not name the endpoint: %v", err)
 	}
 	_, err = s.Get(t.Context(), "secret-key")
-	if !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("Get: %v, want kv.ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Get: %v, want store.ErrUnavailable", err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
@@ -165,7 +166,7 @@ func TestLostAnswerKV(t *testing.T) {
 	// nothing written.
 	p.dropNext(nil, nil)
 	err = via.Txn(ctx, []kv.Cond{{Key: "k", Version: before[0].Version}}, []kv.Op{{Key: "k", Value: []byte("v2")}})
-	if !errors.Is(err, kv.ErrConflict) {
+	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Txn that did not apply, answer lost: %v, want a conflict", err)
 	}
 	if now, err := direct.Get(ctx, "k"); err != nil || string(now[0].Value) != "v1" || now[0].Version != after[0].Version {
@@ -198,7 +199,7 @@ func TestLostAnswerKV(t *testing.T) {
 		if c.applied && (err != nil || string(now[0].Value) != c.value) {
 			t.Fatalf("%s, answer lost, caller gone: %v, store holds %q", c.name, err, now[0].Value)
 		}
-		if !c.applied && (!errors.Is(err, kv.ErrConflict) || string(now[0].Value) == c.value) {
+		if !c.applied && (!errors.Is(err, store.ErrConflict) || string(now[0].Value) == c.value) {
 			t.Fatalf("%s, answer lost, caller gone: %v, store holds %q", c.name, err, now[0].Value)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
@@ -105,7 +106,7 @@ func TestTLS(t *testing.T) {
 		{name: "no client cert", cfg: etcd.Config{Endpoints: []string{srv.Endpoint}, CAFile: good.ca},
 			wantErr: etcd.ErrTLS, wantInMsg: "certFile"},
 		{name: "http to a TLS server", cfg: etcd.Config{Endpoints: []string{"http://" + hostPort}},
-			wantErr: kv.ErrUnavailable},
+			wantErr: store.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Prefix = "/tls"
@@ -127,7 +128,7 @@ func TestTLS(t *testing.T) {
 			}
 			// Not retried until the request timeout: a TLS failure is
 			// permanent, not "unavailable".
-			if tc.wantErr == etcd.ErrTLS && (errors.Is(err, kv.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+			if tc.wantErr == etcd.ErrTLS && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
 				t.Errorf("a TLS failure was retried as unavailable: %v", err)
 			}
 			msg := err.Error()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // Txn applies ops if every cond holds, as one etcd transaction.
@@ -62,7 +63,7 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 			// failed this one's compares: the store tells.
 			return 0, s.afterResend(ctx, ops)
 		}
-		return 0, kv.ErrConflict
+		return 0, store.ErrConflict
 	}
 	return resp.Revision, nil
 }
@@ -84,7 +85,7 @@ func (s *Store) resolve(ctx context.Context, req txnRequest, ops []kv.Op, cause 
 			if errors.As(err, &se) && se.retryable {
 				continue
 			}
-			return fmt.Errorf("%w: outcome of a transaction unknown: %w", kv.ErrUnavailable, readErr(err))
+			return fmt.Errorf("%w: outcome of a transaction unknown: %w", store.ErrUnavailable, readErr(err))
 		}
 		if resp.Succeeded {
 			return nil
@@ -96,9 +97,9 @@ func (s *Store) resolve(ctx context.Context, req txnRequest, ops []kv.Op, cause 
 		if applied {
 			return nil
 		}
-		return fmt.Errorf("%w (after a lost answer: %v)", kv.ErrConflict, cause)
+		return fmt.Errorf("%w (after a lost answer: %v)", store.ErrConflict, cause)
 	}
-	return fmt.Errorf("%w: outcome of a transaction unknown: %w", kv.ErrUnavailable, cause)
+	return fmt.Errorf("%w: outcome of a transaction unknown: %w", store.ErrUnavailable, cause)
 }
 
 // afterResend decides a transaction that was sent again after an answer
@@ -110,11 +111,11 @@ func (s *Store) afterResend(ctx context.Context, ops []kv.Op) error {
 	applied, err := s.applied(rctx, ops)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: outcome of a transaction unknown: %w", kv.ErrUnavailable, err)
+		return fmt.Errorf("%w: outcome of a transaction unknown: %w", store.ErrUnavailable, err)
 	case applied:
 		return nil
 	}
-	return fmt.Errorf("%w (after a lost answer)", kv.ErrConflict)
+	return fmt.Errorf("%w (after a lost answer)", store.ErrConflict)
 }
 
 // applied reports whether the store holds exactly what ops wrote: every

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // ErrWatchCompacted means Watch was asked for changes from a revision that
@@ -54,7 +54,7 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 // response's revision (the cluster's revision when it was sent: at least
 // every event's; replayed history may arrive in one response). It
 // returns when ctx ends (with ctx's error), when the stream breaks or
-// cannot be opened (an error wrapping kv.ErrUnavailable, and ErrTLS too
+// cannot be opened (an error wrapping store.ErrUnavailable, and ErrTLS too
 // when the connection's TLS failure is known; the next call tries the
 // next endpoint), or with ErrWatchCompacted. It never returns nil. fn runs on Watch's
 // goroutine; Watch waits for it.
@@ -74,8 +74,8 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 		}
 		// Let the next attempt (of any caller) use the next member.
 		s.c.cur.CompareAndSwap(int32(i), int32((i+1)%len(s.c.eps)))
-		if !errors.Is(err, kv.ErrUnavailable) {
-			err = fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		if !errors.Is(err, store.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 		}
 		return err
 	}

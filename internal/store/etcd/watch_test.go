@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -96,7 +97,7 @@ func TestWatchReportsPutsAndDeletesAfterRevision(t *testing.T) {
 }
 
 // TestWatchUnreachable: a stream that cannot be opened wraps
-// kv.ErrUnavailable.
+// store.ErrUnavailable.
 func TestWatchUnreachable(t *testing.T) {
 	port, err := etcdtest.FreePort()
 	if err != nil {
@@ -110,18 +111,18 @@ func TestWatchUnreachable(t *testing.T) {
 	}
 	defer s.Close()
 	err = s.Watch(ctx, "", 0, func(int64, []etcd.Event) {})
-	if !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("Watch on a closed port: %v, want kv.ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Watch on a closed port: %v, want store.ErrUnavailable", err)
 	}
-	if _, err := s.Revision(ctx); !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("Revision on a closed port: %v, want kv.ErrUnavailable", err)
+	if _, err := s.Revision(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Revision on a closed port: %v, want store.ErrUnavailable", err)
 	}
 }
 
 // TestWatchTLS: over TLS, with a server certificate that has only the
 // serverAuth usage, Watch reports a change; the client certificate and
 // the CA are checked as for reads and writes, and a refusal wraps
-// kv.ErrUnavailable.
+// store.ErrUnavailable.
 func TestWatchTLS(t *testing.T) {
 	good, other := newPKI(t, "watch"), newPKI(t, "other")
 	if u := extKeyUsage(t, good.serverCert); len(u) != 1 || u[0] != x509.ExtKeyUsageServerAuth {
@@ -154,8 +155,8 @@ func TestWatchTLS(t *testing.T) {
 			defer s.Close()
 			if tc.refused {
 				err := s.Watch(ctx, "", 0, func(int64, []etcd.Event) { t.Error("an event through a refused connection") })
-				if !errors.Is(err, kv.ErrUnavailable) {
-					t.Fatalf("Watch = %v, want kv.ErrUnavailable", err)
+				if !errors.Is(err, store.ErrUnavailable) {
+					t.Fatalf("Watch = %v, want store.ErrUnavailable", err)
 				}
 				if tc.wantInMsg != "" && (!errors.Is(err, etcd.ErrTLS) || !strings.Contains(err.Error(), tc.wantInMsg)) {
 					t.Fatalf("Watch = %v, want ErrTLS naming %s", err, tc.wantInMsg)
@@ -238,7 +239,7 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Watch(ctx, "", start, func(int64, []etcd.Event) { t.Error("an event of a compacted revision") })
-	if !errors.Is(err, etcd.ErrWatchCompacted) || errors.Is(err, kv.ErrUnavailable) {
+	if !errors.Is(err, etcd.ErrWatchCompacted) || errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Watch from compacted revision %d: %v, want ErrWatchCompacted", start, err)
 	}
 	put, err := kv.TxnRevision(ctx, s, nil, []kv.Op{{Key: "k", Value: []byte("after")}})
@@ -255,7 +256,7 @@ func TestWatchCompacted(t *testing.T) {
 }
 
 // TestWatchConnectionCut: a watch whose connection breaks returns an
-// error wrapping kv.ErrUnavailable (the caller re-reads and watches
+// error wrapping store.ErrUnavailable (the caller re-reads and watches
 // again) rather than waiting for events that cannot come.
 func TestWatchConnectionCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -277,8 +278,8 @@ func TestWatchConnectionCut(t *testing.T) {
 			p.cut()
 		}
 	})
-	if !seen || !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("Watch after its connection was cut: %v (event seen: %v), want kv.ErrUnavailable", err, seen)
+	if !seen || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Watch after its connection was cut: %v (event seen: %v), want store.ErrUnavailable", err, seen)
 	}
 	t.Logf("%v", err)
 }

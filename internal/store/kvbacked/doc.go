@@ -56,8 +56,11 @@
 // it from kv.TxnRevision; only when the backend cannot tell (etcd after a
 // lost answer) is the key read back. A failed compare-and-swap is told
 // apart (not found, exists, changed) by a read of the key on the failure
-// path only. kv.ErrConflict becomes store.ErrConflict, store.ErrNotFound
-// or store.ErrExists, and kv.ErrUnavailable store.ErrUnavailable, each
-// wrapping the kv error too, so errors.Is works for either. Invalid and
-// oversized objects are refused before anything is sent.
+// path only. The kv.Store's errors are the store package's sentinels
+// already (a failed condition is store.ErrConflict, a backend that cannot
+// be used store.ErrUnavailable); a failed condition is reported as
+// store.ErrConflict, store.ErrNotFound or store.ErrExists, and the
+// backends' own errors (a corrupt file, a refused request) are wrapped
+// with the store sentinel they mean. Invalid and oversized objects are
+// refused before anything is sent.
 package kvbacked

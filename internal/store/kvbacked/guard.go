@@ -3,7 +3,6 @@ package kvbacked
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -116,16 +115,16 @@ func (s *Store) settle(ctx context.Context, what string, err error) error {
 	s.guard.mu.Lock()
 	s.guard.conds = nil
 	s.guard.mu.Unlock()
-	if err == nil || !errors.Is(err, kv.ErrConflict) {
+	if err == nil || !failedCond(err) {
 		return err
 	}
 	if cerr := s.checkLayout(ctx); cerr != nil {
 		return cerr
 	}
 	s.forget()
-	// Not wrapping err: its kv.ErrConflict would make a create report
-	// ErrExists, which callers handle as "someone else has it" without
-	// forgetting what they were told.
+	// With ErrStale: a create then reports this conflict, not ErrExists,
+	// which callers handle as "someone else has it" without forgetting
+	// what they were told.
 	return fmt.Errorf("%w: %w: %s: %v", store.ErrConflict, store.ErrStale, what, err)
 }
 

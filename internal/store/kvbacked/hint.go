@@ -113,7 +113,7 @@ func EnsureStoreID(ctx context.Context, s kv.Store) (string, store.Version, erro
 			return id, version(rev), nil
 		case err == nil:
 			continue // written; its version is read back
-		case !errors.Is(err, kv.ErrConflict):
+		case !errors.Is(err, store.ErrConflict):
 			return "", "", mapErr("write the store identity", err)
 		}
 	}

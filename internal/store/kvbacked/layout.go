@@ -85,7 +85,8 @@ func IsObjectKey(key string) bool {
 	return false
 }
 
-// MapErr maps a kv error of the operation what to the store's errors
-// (store.ErrUnavailable, ErrCorrupt, ErrInvalid, ErrTooLarge, each
-// wrapping the kv error too); others get what as context.
+// MapErr maps a backend's error of the operation what to the store's
+// errors (store.ErrCorrupt, ErrInvalid, ErrTooLarge, ErrDenied, each
+// wrapping the backend's error too) and gives every error what as
+// context.
 func MapErr(what string, err error) error { return mapErr(what, err) }

@@ -15,8 +15,8 @@ func TestMain(m *testing.M) {
 
 var (
 	backends  = kvbackedtest.KVBackends
-	openLocal = kvbackedtest.OpenLocal
-	openEtcd  = kvbackedtest.OpenEtcd
+	openLocal = kvbackedtest.OpenLocalKV
+	openEtcd  = kvbackedtest.OpenEtcdKV
 )
 
 // counting counts the calls made through it (kvbackedtest.Counting).

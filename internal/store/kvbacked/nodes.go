@@ -65,7 +65,7 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 	what := fmt.Sprintf("create node object %q", n.Name)
 	rev, err := s.txn(ctx, what, []kv.Cond{{Key: ops[0].Key}}, ops)
 	if err != nil {
-		s.observe(n.Name, nil, "", !errors.Is(err, kv.ErrConflict))
+		s.observe(n.Name, nil, "", !failedCond(err))
 		return store.Node{}, createErr(what, err)
 	}
 	n.Version = stored(rev)
@@ -89,7 +89,7 @@ func (s *Store) UpdateNode(ctx context.Context, n store.Node) (store.Node, error
 	}
 	rev, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, ops)
 	if err != nil {
-		s.observe(n.Name, nil, "", !errors.Is(err, kv.ErrConflict))
+		s.observe(n.Name, nil, "", !failedCond(err))
 		return store.Node{}, s.casErr(ctx, what, key, err)
 	}
 	n.Version = stored(rev)
@@ -117,7 +117,7 @@ func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 		}
 	}
 	if _, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, ops); err != nil {
-		s.observe(n.Name, nil, "", !errors.Is(err, kv.ErrConflict))
+		s.observe(n.Name, nil, "", !failedCond(err))
 		return s.casErr(ctx, what, key, err)
 	}
 	s.observe(n.Name, nil, "", true)
@@ -189,7 +189,7 @@ func (s *Store) dropLends(ctx context.Context, idx, node kv.KeyValue) error {
 	_, err := s.txn(ctx, what,
 		[]kv.Cond{{Key: node.Key, Version: node.Version}, {Key: idx.Key, Version: idx.Version}},
 		[]kv.Op{{Key: idx.Key, Delete: true}})
-	if err == nil || errors.Is(err, kv.ErrConflict) {
+	if err == nil || failedCond(err) {
 		return nil
 	}
 	return mapErr(what, err)

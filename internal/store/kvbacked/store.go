@@ -156,13 +156,12 @@ func stored(rev int64) store.Version {
 }
 
 // mapErr maps an error of the kv.Store that is not a failed condition,
-// wrapping both the store sentinel and the original.
+// wrapping both the store sentinel and the original (which wraps
+// store.ErrUnavailable itself when the backend could not be used).
 func mapErr(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, kv.ErrUnavailable):
-		return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, what, err)
 	case errors.Is(err, local.ErrCorrupt):
 		return fmt.Errorf("%w: %s: %w", store.ErrCorrupt, what, err)
 	case errors.Is(err, local.ErrInvalidKey):
@@ -177,26 +176,35 @@ func mapErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// failedCond reports whether err is the kv.Store's failed condition, not
+// a write that settle has already explained (stale remembered state, also
+// a conflict).
+func failedCond(err error) bool {
+	return errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrStale)
+}
+
 // casErr explains a failed compare-and-swap of key: by a read on this
 // failure path only, ErrNotFound when the key is gone, else ErrConflict.
 func (s *Store) casErr(ctx context.Context, what, key string, err error) error {
-	if err != nil && !errors.Is(err, kv.ErrConflict) {
+	if err != nil && !failedCond(err) {
 		return mapErr(what, err)
 	}
 	if err == nil {
-		err = kv.ErrConflict
+		err = store.ErrConflict
 	}
 	es, rerr := s.kv.Get(ctx, key)
 	if rerr == nil && es[0].Version == 0 {
-		return fmt.Errorf("%w: %s: %w", store.ErrNotFound, what, err)
+		// Not wrapping err: a missing object is not a conflict.
+		return fmt.Errorf("%w: %s: %v", store.ErrNotFound, what, err)
 	}
-	return fmt.Errorf("%w: %s: %w", store.ErrConflict, what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
-// createErr explains a failed create-if-absent: the key existed.
+// createErr explains a failed create-if-absent: the key existed (not
+// wrapping the failed condition: an existing object is not a conflict).
 func createErr(what string, err error) error {
-	if errors.Is(err, kv.ErrConflict) {
-		return fmt.Errorf("%w: %s: %w", store.ErrExists, what, err)
+	if failedCond(err) {
+		return fmt.Errorf("%w: %s: %v", store.ErrExists, what, err)
 	}
 	return mapErr(what, err)
 }

@@ -147,9 +147,6 @@ func (s *Store) Watch(ctx context.Context, after int64, fn func(rev int64, evs [
 			fn(rev, evs)
 		}
 	})
-	if errors.Is(err, kv.ErrUnavailable) && !errors.Is(err, store.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-	}
 	return err
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/filetrust"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // FileName is the name of the database file inside the directory given to
@@ -72,7 +73,7 @@ type options struct {
 
 // WithLockTimeout sets how long Open waits for the file lock held by
 // another process before it fails with an error wrapping
-// kv.ErrUnavailable. Values <= 0 mean DefaultLockTimeout.
+// store.ErrUnavailable. Values <= 0 mean DefaultLockTimeout.
 func WithLockTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -105,14 +106,14 @@ var _ kv.Store = (*Store)(nil)
 //
 // Open blocks while another process holds the file, until the lock
 // timeout passes or ctx ends; both fail with an error that wraps
-// kv.ErrUnavailable and names the file.
+// store.ErrUnavailable and names the file.
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	o := options{lockTimeout: DefaultLockTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("local: open %s: %w: %w", dir, kv.ErrUnavailable, err)
+		return nil, fmt.Errorf("local: open %s: %w: %w", dir, store.ErrUnavailable, err)
 	}
 	if _, err := filetrust.PrepareDir("datastore directory", dir); err != nil {
 		return nil, err
@@ -151,12 +152,12 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("local: waiting for the lock on %s: %w: %w", path, kv.ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("local: waiting for the lock on %s: %w: %w", path, store.ErrUnavailable, ctx.Err())
 		case errors.Is(err, ErrBadPath):
 			return nil, err
 		case errors.Is(err, errLockTimeout) || errors.Is(err, bolterrors.ErrTimeout):
 			return nil, fmt.Errorf("local: %s is locked by another process, gave up after %s: %w",
-				path, o.lockTimeout, kv.ErrUnavailable)
+				path, o.lockTimeout, store.ErrUnavailable)
 		default:
 			return nil, fmt.Errorf("local: open %s: %w", path, err)
 		}
@@ -234,13 +235,13 @@ func (s *Store) Close() error {
 // every problem it finds, joined. It writes nothing.
 func (s *Store) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("local: check %s: %w: %w", s.path, kv.ErrUnavailable, err)
+		return fmt.Errorf("local: check %s: %w: %w", s.path, store.ErrUnavailable, err)
 	}
 	// A read-write transaction that is rolled back: Check is only safe
 	// against concurrent writers from inside one.
 	tx, err := s.db.Begin(true)
 	if err != nil {
-		return fmt.Errorf("local: check %s: %w: %w", s.path, kv.ErrUnavailable, err)
+		return fmt.Errorf("local: check %s: %w: %w", s.path, store.ErrUnavailable, err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	var errs []error

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/kv/kvtest"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 func TestConformance(t *testing.T) {
@@ -117,7 +118,7 @@ func TestRevision(t *testing.T) {
 	if vb, vc := version("b"), version("c"); vb != 2 || vc != 2 {
 		t.Fatalf("one txn, two keys: versions %d, %d, want 2, 2", vb, vc)
 	}
-	if err := s.Txn(ctx, []kv.Cond{{Key: "a", Version: 99}}, []kv.Op{{Key: "d", Value: nil}}); !errors.Is(err, kv.ErrConflict) {
+	if err := s.Txn(ctx, []kv.Cond{{Key: "a", Version: 99}}, []kv.Op{{Key: "d", Value: nil}}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale cond: %v", err)
 	}
 	must(s.Txn(ctx, []kv.Cond{{Key: "a", Version: 1}}, nil))
@@ -155,11 +156,11 @@ func TestClosedStore(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(t.Context(), "a"); !errors.Is(err, kv.ErrUnavailable) {
-		t.Errorf("Get after Close: %v, want kv.ErrUnavailable", err)
+	if _, err := s.Get(t.Context(), "a"); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Get after Close: %v, want store.ErrUnavailable", err)
 	}
-	if err := s.Txn(t.Context(), nil, []kv.Op{{Key: "a"}}); !errors.Is(err, kv.ErrUnavailable) {
-		t.Errorf("Txn after Close: %v, want kv.ErrUnavailable", err)
+	if err := s.Txn(t.Context(), nil, []kv.Op{{Key: "a"}}); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Txn after Close: %v, want store.ErrUnavailable", err)
 	}
 }
 
@@ -216,8 +217,8 @@ func TestLockTimeout(t *testing.T) {
 	defer holder.Close()
 
 	_, err = Open(t.Context(), dir, WithLockTimeout(300*time.Millisecond))
-	if !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("second Open: %v, want kv.ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("second Open: %v, want store.ErrUnavailable", err)
 	}
 	if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "300ms") {
 		t.Fatalf("error %q does not name the file and the timeout", err)
@@ -227,15 +228,15 @@ func TestLockTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	_, err = Open(ctx, dir)
-	if !errors.Is(err, kv.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), path) {
-		t.Fatalf("Open with a 200ms ctx: %v, want kv.ErrUnavailable + DeadlineExceeded naming %s", err, path)
+	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open with a 200ms ctx: %v, want store.ErrUnavailable + DeadlineExceeded naming %s", err, path)
 	}
 
 	// Cancelling ctx ends the wait too.
 	ctx, cancel = context.WithCancel(t.Context())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	if _, err = Open(ctx, dir); !errors.Is(err, kv.ErrUnavailable) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Open with a cancelled ctx: %v, want kv.ErrUnavailable + Canceled", err)
+	if _, err = Open(ctx, dir); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Open with a cancelled ctx: %v, want store.ErrUnavailable + Canceled", err)
 	}
 
 	// A waiter gets the lock as soon as the holder closes, and the waits

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/kv/kvtest"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // The multi-process tests re-execute this test binary; the environment
@@ -87,7 +88,7 @@ func childIncrement(ctx context.Context, dir string, n int) error {
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, kv.ErrConflict) {
+			if !errors.Is(err, store.ErrConflict) {
 				return err
 			}
 			conflicts++

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // headerLen is the size of the version header in front of every value.
@@ -143,7 +144,7 @@ func (s *Store) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (
 	return rev, nil
 }
 
-// checkConds returns an error wrapping kv.ErrConflict for the first cond
+// checkConds returns an error wrapping store.ErrConflict for the first cond
 // that does not hold.
 func checkConds(b *bbolt.Bucket, conds []kv.Cond) error {
 	for _, c := range conds {
@@ -156,10 +157,10 @@ func checkConds(b *bbolt.Bucket, conds []kv.Cond) error {
 			have = int64(binary.BigEndian.Uint64(v))
 		}
 		if have != c.Version {
-			return fmt.Errorf("%w: %q is at version %d, want %d", kv.ErrConflict, c.Key, have, c.Version)
+			return fmt.Errorf("%w: %q is at version %d, want %d", store.ErrConflict, c.Key, have, c.Version)
 		}
 		if c.Value != nil && (v == nil || !bytes.Equal(v[headerLen:], c.Value)) {
-			return fmt.Errorf("%w: %q does not hold the value the condition names", kv.ErrConflict, c.Key)
+			return fmt.Errorf("%w: %q does not hold the value the condition names", store.ErrConflict, c.Key)
 		}
 	}
 	return nil
@@ -208,23 +209,23 @@ func validKey(k string) error {
 // ctxErr reports a context that already ended, before any work is done.
 func (s *Store) ctxErr(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("local: %s %s: %w: %w", op, s.path, kv.ErrUnavailable, err)
+		return fmt.Errorf("local: %s %s: %w: %w", op, s.path, store.ErrUnavailable, err)
 	}
 	return nil
 }
 
 // wrap adds context to an error from a bbolt transaction. Conflicts and
 // corruption pass through; the context's end and failures of bbolt itself
-// (closed store, I/O, full disk) wrap kv.ErrUnavailable.
+// (closed store, I/O, full disk) wrap store.ErrUnavailable.
 func (s *Store) wrap(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, kv.ErrConflict):
+	case errors.Is(err, store.ErrConflict):
 		return fmt.Errorf("local: %s: %w", op, err)
 	case errors.Is(err, ErrCorrupt):
 		return fmt.Errorf("local: %s %s: %w", op, s.path, err)
 	default:
-		return fmt.Errorf("local: %s %s: %w: %w", op, s.path, kv.ErrUnavailable, err)
+		return fmt.Errorf("local: %s %s: %w: %w", op, s.path, store.ErrUnavailable, err)
 	}
 }

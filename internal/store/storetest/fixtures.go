@@ -122,6 +122,17 @@ func wantErr(t testing.TB, err, target error, what string) {
 	}
 }
 
+// wantNoConflict is wantErr for a write that found the object there
+// (ErrExists) or gone (ErrNotFound): the error must not wrap ErrConflict
+// too, which callers take as "re-read and retry the same write".
+func wantNoConflict(t testing.TB, err, target error, what string) {
+	t.Helper()
+	wantErr(t, err, target, what)
+	if errors.Is(err, store.ErrConflict) {
+		t.Fatalf("%s: error %v wraps %q as well as %q", what, err, store.ErrConflict, target)
+	}
+}
+
 // noErr fails on err.
 func noErr(t testing.TB, err error, what string) {
 	t.Helper()

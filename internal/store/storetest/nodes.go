@@ -69,7 +69,7 @@ func testNodeLifecycle(t *testing.T, s store.Store) {
 	created, err := s.CreateNode(ctx, n)
 	noErr(t, err, "CreateNode")
 	_, err = s.CreateNode(ctx, n)
-	wantErr(t, err, store.ErrExists, "second CreateNode")
+	wantNoConflict(t, err, store.ErrExists, "second CreateNode")
 
 	next := clone(created)
 	h := handle("node-a", "next")
@@ -106,8 +106,8 @@ func testNodeLifecycle(t *testing.T, s store.Store) {
 	_, err = s.GetNode(ctx, "node-a")
 	wantErr(t, err, store.ErrNotFound, "GetNode after delete")
 	_, err = s.UpdateNode(ctx, updated)
-	wantErr(t, err, store.ErrNotFound, "UpdateNode of a deleted node object")
-	wantErr(t, s.DeleteNode(ctx, updated), store.ErrNotFound, "DeleteNode of a deleted node object")
+	wantNoConflict(t, err, store.ErrNotFound, "UpdateNode of a deleted node object")
+	wantNoConflict(t, s.DeleteNode(ctx, updated), store.ErrNotFound, "DeleteNode of a deleted node object")
 }
 
 // testNodeVersionAfterRecreate: a version of a deleted object never

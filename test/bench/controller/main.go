@@ -132,7 +132,7 @@ func main() {
 	fmt.Printf("scale: %d nodes x %d pods = %d pods and allocations; %.1f%% deleted without DEL; leak grace %v, resync %v\n",
 		*flagNodes, *flagPods, total, 100**flagLeak, *flagGrace, *flagResync)
 
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -38,6 +38,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
@@ -105,7 +106,7 @@ func main() {
 			k := fmt.Sprintf("/raw-grpc/%d/%d/%d", c, w, i)
 			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", 0)).Then(clientv3.OpPut(k, "v")).Commit()
 			if err == nil && !r.Succeeded {
-				err = kv.ErrConflict
+				err = store.ErrConflict
 			}
 			return err
 		})
@@ -176,7 +177,7 @@ func (c *countingStore) List(ctx context.Context, prefix string) ([]kv.KeyValue,
 func (c *countingStore) TxnRevision(ctx context.Context, conds []kv.Cond, ops []kv.Op) (int64, error) {
 	c.txns.Add(1)
 	r, err := c.Store.TxnRevision(ctx, conds, ops)
-	if err != nil && strings.Contains(err.Error(), kv.ErrConflict.Error()) {
+	if err != nil && strings.Contains(err.Error(), store.ErrConflict.Error()) {
 		c.conflicts.Add(1)
 	}
 	return r, err
@@ -186,7 +187,7 @@ func (c *countingStore) TxnRevision(ctx context.Context, conds []kv.Cond, ops []
 func (c *countingStore) Txn(ctx context.Context, conds []kv.Cond, ops []kv.Op) error {
 	c.txns.Add(1)
 	err := c.Store.Txn(ctx, conds, ops)
-	if err != nil && strings.Contains(err.Error(), kv.ErrConflict.Error()) {
+	if err != nil && strings.Contains(err.Error(), store.ErrConflict.Error()) {
 		c.conflicts.Add(1)
 	}
 	return err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 )
 
@@ -146,7 +147,7 @@ func key(res, name string) string { return res + "/" + name }
 func (e *etcdStore) txn(ctx context.Context, k string, spec any, v int64) (string, error) {
 	b, _ := json.Marshal(spec)
 	rev, err := e.s.TxnRevision(ctx, []kv.Cond{{Key: k, Version: v}}, []kv.Op{{Key: k, Value: b}})
-	if errors.Is(err, kv.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		return "", fmt.Errorf("%w: %v", errConflict, err)
 	}
 	if err != nil {

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -36,7 +38,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
@@ -84,10 +85,10 @@ func main() {
 				return nil, err
 			}
 			tmpDirs = append(tmpDirs, dir)
-			return kvbacked.OpenLocal(ctx, dir)
+			return datastore.Open(ctx, config.Datastore{Type: config.DatastoreLocal, Path: dir}, datastore.Options{})
 		}},
 		{"etcd", func(prefix string) (store.Store, error) {
-			return kvbacked.OpenEtcd(ctx, etcd.Config{Endpoints: []string{etcdSrv.Endpoint}, Prefix: "/" + prefix})
+			return datastore.Open(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{etcdSrv.Endpoint}, Prefix: "/" + prefix}, datastore.Options{})
 		}},
 	}
 	if *flagKube {

@@ -71,7 +71,7 @@ func main() {
 	ds, cleanup := datastoreFor(ctx)
 	defer cleanup()
 
-	st, err := datastore.OpenStore(ctx, ds, true)
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func main() {
 		log.Fatal(err)
 	}
 	gen = gjs
-	st, err = datastore.OpenStore(ctx, ds, true)
+	st, err = datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func main() {
 	// rendered again, the search looks at the changed handle aside. The
 	// page is closed first, so that it does not ask before the measurement.
 	bcancel()
-	st, err = datastore.OpenStore(ctx, ds, true)
+	st, err = datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func main() {
 	// 6. What one poll of the datastore costs (the map polls the local
 	// file when it changed, and the kubernetes datastore every second or
 	// three times a poll's duration; etcd is watched).
-	st, err = datastore.OpenStore(ctx, ds, true)
+	st, err = datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,11 +14,11 @@ import (
 	"os"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
+	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 func main() {
@@ -37,9 +37,9 @@ func main() {
 	var err error
 	switch *backend {
 	case "local":
-		s, err = kvbacked.OpenLocal(ctx, *path)
+		s, err = datastore.Open(ctx, config.Datastore{Type: config.DatastoreLocal, Path: *path}, datastore.Options{})
 	case "etcd":
-		s, err = kvbacked.OpenEtcd(ctx, etcd.Config{Endpoints: []string{*endpoint}, Prefix: *prefix})
+		s, err = datastore.Open(ctx, config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{*endpoint}, Prefix: *prefix}, datastore.Options{})
 	case "kubernetes":
 		s, err = kube.Open(kube.Config{Kubeconfig: *kubeconfig, Prefix: *prefix, QPS: 1000, Burst: 1000})
 	default:

@@ -12,13 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
+	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/importer"
 	"github.com/ipkeeper/ipkeeper/internal/importer/calico"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
-	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
 
 // TestImportFromCalicoEtcd writes Calico's keys (a block, its handles, the
@@ -75,7 +77,7 @@ func TestImportFromCalicoEtcd(t *testing.T) {
 		t.Fatalf("from etcd %v, from the file %v", plan.Addresses(), fromFile.Addresses())
 	}
 
-	st, err := kvbacked.OpenLocal(ctx, t.TempDir())
+	st, err := datastore.Open(ctx, config.Datastore{Type: config.DatastoreLocal, Path: t.TempDir()}, datastore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestReadEtcdUnreachable(t *testing.T) {
 	if err == nil {
 		t.Fatal("read from a closed port succeeded")
 	}
-	if !errors.Is(err, kv.ErrUnavailable) {
-		t.Fatalf("err = %v, want kv.ErrUnavailable", err)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want store.ErrUnavailable", err)
 	}
 }

@@ -3,14 +3,11 @@ package kvbackedtest
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
-	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
@@ -23,13 +20,13 @@ type KVBackend struct {
 // KVBackends are a bbolt file in a temporary directory and a prefix of its
 // own on the shared embedded etcd (Stop ends it).
 var KVBackends = []KVBackend{
-	{"local", OpenLocal},
-	{"etcd", OpenEtcd},
+	{"local", OpenLocalKV},
+	{"etcd", OpenEtcdKV},
 }
 
-// OpenLocal opens a real bbolt datastore in a fresh temporary directory;
+// OpenLocalKV opens a real bbolt datastore in a fresh temporary directory;
 // the test closes it.
-func OpenLocal(tb testing.TB) kv.Store {
+func OpenLocalKV(tb testing.TB) kv.Store {
 	tb.Helper()
 	s, err := local.Open(context.Background(), tb.TempDir())
 	if err != nil {
@@ -38,18 +35,11 @@ func OpenLocal(tb testing.TB) kv.Store {
 	return s
 }
 
-// OpenEtcd opens the shared embedded etcd (started on first use) under a
+// OpenEtcdKV opens the shared embedded etcd (started on first use) under a
 // prefix no other test uses; the test closes it.
-func OpenEtcd(tb testing.TB) kv.Store {
+func OpenEtcdKV(tb testing.TB) kv.Store {
 	tb.Helper()
-	once.Do(func() { server, startErr = etcdtest.Start("", nil) })
-	if startErr != nil {
-		tb.Fatal(startErr)
-	}
-	s, err := etcd.Open(context.Background(), etcd.Config{
-		Endpoints: []string{server.Endpoint},
-		Prefix:    fmt.Sprintf("/kvb%d-%s", prefixes.Add(1), strings.ReplaceAll(tb.Name(), "/", "_")),
-	})
+	s, err := etcd.Open(context.Background(), etcd.Config{Endpoints: []string{etcdServer(tb).Endpoint}, Prefix: prefix(tb)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -34,7 +34,7 @@ const fencedOrigin = "migrated"
 // exists) is only marked again when something cleared its mark; changes
 // an earlier version made to a fenced pool are not carried over.
 //
-// It reports how many keys it wrote; kv.ErrConflict (wrapped) when snap
+// It reports how many keys it wrote; store.ErrConflict (wrapped) when snap
 // is stale.
 func fence(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, rep *Report) (int, error) {
 	lim := kv.LimitsOf(s)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
 // The earlier version's errors its ADD failed with: a pool missing or
@@ -77,7 +78,7 @@ func (o firstLayoutPlugin) pool(t testing.TB, name string) ipam.Pool {
 func (o firstLayoutPlugin) allocate(ctx context.Context, h ipam.Handle, pools []string, define ...ipam.Pool) (ipam.Handle, error) {
 	for range 50 { // bounded: conflicts with other plugins and the migration
 		got, err := o.tryAllocate(ctx, h, pools, define)
-		if !errors.Is(err, kv.ErrConflict) {
+		if !errors.Is(err, store.ErrConflict) {
 			return got, err
 		}
 	}
@@ -165,7 +166,7 @@ func (o firstLayoutPlugin) block(ctx context.Context, p ipam.Pool, node string) 
 func (o firstLayoutPlugin) release(ctx context.Context, id string) ([]netip.Addr, error) {
 	for range 50 { // bounded: conflicts with other plugins and the migration
 		freed, err := o.tryRelease(ctx, id)
-		if !errors.Is(err, kv.ErrConflict) {
+		if !errors.Is(err, store.ErrConflict) {
 			return freed, err
 		}
 	}

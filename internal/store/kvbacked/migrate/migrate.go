@@ -207,7 +207,7 @@ func writeMarker(ctx context.Context, s kv.Store, snap map[string]kv.KeyValue, m
 // conflicted maps a write's error: a failed condition (another process,
 // a concurrent Run included, wrote meanwhile) means "start over".
 func conflicted(what string, err error) (bool, error) {
-	if errors.Is(err, kv.ErrConflict) {
+	if errors.Is(err, store.ErrConflict) {
 		return true, nil
 	}
 	return false, kvbacked.MapErr(what, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/migrate"
 )
 
-// BenchmarkLayoutCheck measures what OpenStore adds to an open of a
+// BenchmarkLayoutCheck measures what Open adds to an open of a
 // migrated store: the read of the layout marker (ReadLayout), on a bbolt
 // file and on the embedded etcd; it reports the kv calls per open.
 //
@@ -26,7 +26,7 @@ func BenchmarkLayoutCheck(b *testing.B) {
 		{"etcd", config.Datastore{Type: config.DatastoreEtcd, Endpoints: []string{srv.Endpoint}, Prefix: "/bench"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			kvs, err := OpenShared(b.Context(), c.ds)
+			kvs, err := openKV(b.Context(), c.ds)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"maps"
 	"net/netip"
 	"os"
@@ -71,14 +70,14 @@ func (c *kvCounter) counts() [3]int {
 	return [3]int{c.gets, c.lists, c.txns}
 }
 
-// typedBackend is a datastore of one real kv backend for OpenStore.
+// typedBackend is a datastore of one real kv backend for Open.
 type typedBackend struct {
 	name string
 	ds   func(t *testing.T) config.Datastore
 }
 
 // typedBackends are a bbolt file in a temp dir and an embedded etcd of the
-// test's own, each opened by OpenStore as the plugin (node lock under a
+// test's own, each opened by Open as the plugin (node lock under a
 // temp lock dir).
 var typedBackends = []typedBackend{
 	{"local", func(t *testing.T) config.Datastore {
@@ -132,7 +131,7 @@ func writeFirstLayout(t *testing.T, ds config.Datastore) map[string]oldHandle {
 		if err := json.Unmarshal(raw, &dump); err != nil {
 			t.Fatal(err)
 		}
-		kvs, err := Open(t.Context(), ds)
+		kvs, err := openKV(t.Context(), ds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +168,7 @@ func writeFirstLayout(t *testing.T, ds config.Datastore) map[string]oldHandle {
 // shared opening.
 func rawKeys(t *testing.T, ds config.Datastore) map[string]int64 {
 	t.Helper()
-	kvs, err := OpenShared(t.Context(), ds)
+	kvs, err := openKV(t.Context(), ds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,10 +198,10 @@ func sameIPs(x, y []ipam.HandleIP) bool {
 }
 
 // A store written by the first layout's allocator is migrated by the first
-// OpenStore: the allocator finds every handle, borrowed addresses
-// included; a second OpenStore changes nothing (every key at the same
+// Open: the allocator finds every handle, borrowed addresses
+// included; a second Open changes nothing (every key at the same
 // version) and costs one Get.
-func TestOpenStoreMigratesFirstLayout(t *testing.T) {
+func TestOpenMigratesFirstLayout(t *testing.T) {
 	t.Setenv(LockDirEnv, t.TempDir())
 	for _, b := range typedBackends {
 		t.Run(b.name, func(t *testing.T) {
@@ -213,7 +212,7 @@ func TestOpenStoreMigratesFirstLayout(t *testing.T) {
 			if _, ok := before["meta/layout"]; ok || !slices.ContainsFunc(slices.Collect(maps.Keys(before)), func(k string) bool { return strings.HasPrefix(k, "blocks/") }) {
 				t.Fatalf("not a first-layout store: %v", slices.Sorted(maps.Keys(before)))
 			}
-			s, err := OpenStore(ctx, ds, false)
+			s, err := Open(ctx, ds, Options{Plugin: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,16 +231,16 @@ func TestOpenStoreMigratesFirstLayout(t *testing.T) {
 			}
 			migrated := rawKeys(t, ds)
 			if _, ok := migrated["meta/layout"]; !ok {
-				t.Fatal("no layout marker after OpenStore")
+				t.Fatal("no layout marker after Open")
 			}
 			for k := range migrated {
 				if strings.HasPrefix(k, "blocks/") || strings.HasPrefix(k, "handles/") || strings.HasPrefix(k, "affinity/") {
-					t.Errorf("first-layout key %s left after OpenStore", k)
+					t.Errorf("first-layout key %s left after Open", k)
 				}
 			}
 
 			// Opened again: nothing is migrated or written.
-			s, err = OpenStore(ctx, ds, false)
+			s, err = Open(ctx, ds, Options{Plugin: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,10 +248,10 @@ func TestOpenStoreMigratesFirstLayout(t *testing.T) {
 				t.Fatal(err)
 			}
 			if again := rawKeys(t, ds); !maps.Equal(migrated, again) {
-				t.Fatalf("a second OpenStore changed the store:\n%v\n%v", migrated, again)
+				t.Fatalf("a second Open changed the store:\n%v\n%v", migrated, again)
 			}
 			// The cost of an open of a migrated store: one Get.
-			kvs, err := Open(ctx, ds)
+			kvs, err := openKV(ctx, ds)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,7 +270,7 @@ func TestOpenStoreMigratesFirstLayout(t *testing.T) {
 
 // Plugins of several nodes opening one first-layout store at once (the
 // DaemonSet's rollout) all succeed and agree: one conversion.
-func TestOpenStoreConcurrentMigration(t *testing.T) {
+func TestOpenConcurrentMigration(t *testing.T) {
 	b := typedBackends[1] // etcd: opens of several processes at once
 	ctx := t.Context()
 	ds := b.ds(t)
@@ -281,7 +280,7 @@ func TestOpenStoreConcurrentMigration(t *testing.T) {
 	errs := make([]error, opens)
 	for i := range opens {
 		wg.Go(func() {
-			s, err := OpenStore(ctx, ds, true)
+			s, err := Open(ctx, ds, Options{})
 			if err == nil {
 				err = s.Close()
 			}
@@ -294,7 +293,7 @@ func TestOpenStoreConcurrentMigration(t *testing.T) {
 			t.Errorf("open %d: %v", i, err)
 		}
 	}
-	s, err := OpenStore(ctx, ds, true)
+	s, err := Open(ctx, ds, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,17 +306,17 @@ func TestOpenStoreConcurrentMigration(t *testing.T) {
 	}
 }
 
-// OpenStore of an empty store writes the layout marker and nothing else
+// Open of an empty store writes the layout marker and nothing else
 // (one Get, one List, one transaction), so the next open costs one Get
 // and finds the store as the first one left it; the typed store then
 // works across opens.
-func TestOpenStoreEmpty(t *testing.T) {
+func TestOpenEmpty(t *testing.T) {
 	t.Setenv(LockDirEnv, t.TempDir())
 	for _, b := range typedBackends {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			ds := b.ds(t)
-			kvs, err := Open(ctx, ds)
+			kvs, err := openKV(ctx, ds)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -331,9 +330,9 @@ func TestOpenStoreEmpty(t *testing.T) {
 			}
 			s.Close()
 			if keys := slices.Sorted(maps.Keys(rawKeys(t, ds))); !slices.Equal(keys, []string{"meta/converted", "meta/layout"}) {
-				t.Fatalf("OpenStore of an empty store wrote %v, want the layout marker only", keys)
+				t.Fatalf("Open of an empty store wrote %v, want the layout marker only", keys)
 			}
-			kvs, err = Open(ctx, ds)
+			kvs, err = openKV(ctx, ds)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,7 +345,7 @@ func TestOpenStoreEmpty(t *testing.T) {
 				t.Errorf("open of a marked store: %d gets, %d lists, %d transactions; want 1, 0, 0", got[0], got[1], got[2])
 			}
 
-			st, err := OpenStore(ctx, ds, false)
+			st, err := Open(ctx, ds, Options{Plugin: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,7 +360,7 @@ func TestOpenStoreEmpty(t *testing.T) {
 				t.Fatal(err)
 			}
 			st.Close()
-			st, err = OpenStore(ctx, ds, false)
+			st, err = Open(ctx, ds, Options{Plugin: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -376,44 +375,5 @@ func TestOpenStoreEmpty(t *testing.T) {
 				t.Fatalf("a store of typed objects is only marked: %v", keys)
 			}
 		})
-	}
-}
-
-// An unreachable etcd wraps store.ErrUnavailable (and kv's); bad local
-// paths keep Open's ErrBadPath message; an unknown type is refused.
-func TestOpenStoreErrors(t *testing.T) {
-	t.Setenv(LockDirEnv, t.TempDir())
-	ctx := t.Context()
-	for _, shared := range []bool{false, true} {
-		_, err := OpenStore(ctx, etcdDS("/down"), shared)
-		if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, kv.ErrUnavailable) {
-			t.Errorf("OpenStore(shared=%v) of an unreachable etcd: %v, want store.ErrUnavailable", shared, err)
-		}
-	}
-	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ds := config.Datastore{Type: config.DatastoreLocal, Path: file}
-	_, openErr := Open(ctx, ds)
-	_, err := OpenStore(ctx, ds, false)
-	if !errors.Is(err, ErrBadPath) || openErr == nil || err.Error() != openErr.Error() || !strings.Contains(err.Error(), file) {
-		t.Errorf("OpenStore of a file as the local directory: %v; Open says %v", err, openErr)
-	}
-	if _, err := OpenStore(ctx, config.Datastore{Type: "consul"}, false); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("unknown type: %v", err)
-	}
-}
-
-// A binary that does not link kubeopen (this test's) refuses a kubernetes
-// datastore with ErrKubernetesNotLinked, which the plugin hands to its
-// sibling ipkeeper-kube; local and etcd do not need it.
-func TestOpenStoreKubernetesNotLinked(t *testing.T) {
-	if KubernetesLinked() {
-		t.Fatal("kubeopen is linked into the datastore package's tests")
-	}
-	_, err := OpenStore(t.Context(), config.Datastore{Type: config.DatastoreKubernetes, Kubeconfig: "/nonexistent"}, false)
-	if !errors.Is(err, ErrKubernetesNotLinked) {
-		t.Fatalf("OpenStore(kubernetes) without kubeopen: %v, want ErrKubernetesNotLinked", err)
 	}
 }
