@@ -42,7 +42,12 @@ func (r row) speedup() float64 {
 	return ratio(i.Rate(), c.Rate())
 }
 
-func p50(o *outcome) string { return latency.Ms(o.Pct(50)) }
+func p50(o *outcome) string {
+	if len(o.Lat) == 0 {
+		return "-"
+	}
+	return latency.Ms(o.Pct(50))
+}
 
 func bytesPerOp(o *outcome) string { return fmtBytes(perOp(o.Bytes, o.N)) }
 

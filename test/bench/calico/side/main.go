@@ -22,6 +22,7 @@ import (
 
 	v3 "github.com/projectcalico/api/pkg/apis/projectcalico/v3"
 	"github.com/projectcalico/calico/libcalico-go/lib/apiconfig"
+	"github.com/projectcalico/calico/libcalico-go/lib/apis/internalapi"
 	client "github.com/projectcalico/calico/libcalico-go/lib/clientv3"
 	"github.com/projectcalico/calico/libcalico-go/lib/ipam"
 	"github.com/projectcalico/calico/libcalico-go/lib/options"
@@ -55,12 +56,37 @@ type answer struct {
 	Version  string  `json:"version,omitempty"`
 }
 
+// maxBlocksPerHost is each request's per-node block limit. Calico's default
+// is 20 blocks (1 280 addresses of /26 blocks) and the workloads put up to
+// 4 000 pods on one node; its global setting requires strict affinity,
+// which the CNI plugin's default does not use, so the limit goes with each
+// request.
+const maxBlocksPerHost = 1024
+
 type side struct {
 	cli   client.Interface
 	locks sync.Map // node -> *sync.Mutex, the plugin's host-wide IPAM lock
 	mu    sync.Mutex
 	held  map[string][]string // node -> handle IDs
+	nodes map[string]bool     // Node resources created
 	seq   atomic.Int64
+}
+
+// ensureNodes creates the Node resources calico-node would have made:
+// Calico's IPAM refuses to assign on a node it has no Node resource for.
+func (s *side) ensureNodes(ctx context.Context, names []string) error {
+	for _, name := range names {
+		if s.nodes[name] {
+			continue
+		}
+		n := internalapi.NewNode()
+		n.Name = name
+		if _, err := s.cli.Nodes().Create(ctx, n, options.SetOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", name, err)
+		}
+		s.nodes[name] = true
+	}
+	return nil
 }
 
 func (s *side) lock(node string) func() {
@@ -80,6 +106,7 @@ func (s *side) setup(ctx context.Context, r request) error {
 	}
 	s.cli = cli
 	s.held = map[string][]string{}
+	s.nodes = map[string]bool{}
 	pool := &v3.IPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v3.IPPoolSpec{
@@ -96,8 +123,12 @@ func (s *side) setup(ctx context.Context, r request) error {
 }
 
 // add runs r.N ADDs from r.Conc workers, worker w's i-th on node
-// r.Nodes[(w+i*conc) mod len(nodes)].
+// r.Nodes[(w+i*conc) mod len(nodes)], after creating the Node resources
+// that do not exist yet (not timed).
 func (s *side) add(ctx context.Context, r request) answer {
+	if err := s.ensureNodes(ctx, r.Nodes); err != nil {
+		return answer{Errors: r.N, FirstErr: err.Error()}
+	}
 	var next atomic.Int64
 	var mu sync.Mutex
 	var a answer
@@ -145,9 +176,10 @@ func (s *side) addOne(ctx context.Context, node, handle, ns, pod string) error {
 	unlock := s.lock(node)
 	defer unlock()
 	v4, _, err := s.cli.IPAM().AutoAssign(ctx, ipam.AutoAssignArgs{
-		Num4:     1,
-		HandleID: &handle,
-		Hostname: node,
+		Num4:             1,
+		HandleID:         &handle,
+		Hostname:         node,
+		MaxBlocksPerHost: maxBlocksPerHost,
 		Attrs: map[string]string{
 			ipam.AttributeNode:      node,
 			ipam.AttributeTimestamp: time.Now().UTC().String(),
