@@ -68,7 +68,7 @@ func TestTablePrintsBothSidesAndMissingOnes(t *testing.T) {
 	tbl.raw.N, tbl.raw.Wall = 2000, time.Second
 	tbl.density = []row{
 		{name: "10 pods", by: map[string]*outcome{"ipkeeper": ipk}},
-		{name: "2000 pods", by: map[string]*outcome{"ipkeeper": ipk}},
+		{name: "2000 pods", by: map[string]*outcome{"calico": {Errors: 5, FirstErr: "block limit"}, "ipkeeper": ipk}},
 	}
 	var buf bytes.Buffer
 	tbl.print(&buf, []string{"calico", "ipkeeper"})
@@ -77,6 +77,7 @@ func TestTablePrintsBothSidesAndMissingOnes(t *testing.T) {
 		"| W1: 1 node | 100/s / 1000/s | 10.00x | 0 / 0 | 4.00ms / 1.00ms | 20 B / 50 B | 100.0 MiB / 1.0 MiB |",
 		"| raw etcd compare-and-swap, 1 client | 2000/s | calico W1 = 0.05x of it, ipkeeper W1 = 0.50x of it |",
 		"| 10 pods | - / 1.00ms | - / 50 B | - / 0 |",
+		"| 2000 pods | - / 1.00ms | - / 50 B | 5 / 0 |",
 		"ipkeeper, 2000 pods over 10 pods: ADD p50 1.00x, bytes per ADD 1.00x",
 	} {
 		if !strings.Contains(out, want) {
