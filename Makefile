@@ -24,7 +24,7 @@ TEST_TIMEOUT ?= 60m
 PKGS         ?= ./...
 BENCH_N      ?= 300
 
-.PHONY: all build tools sysdeps kube-apiserver kubelet containerd crictl node-tools test test-node fmtcheck vet staticcheck gotest demo bench bench-etcd bench-controller bench-webui bench-storage bench-kube image clean
+.PHONY: all build tools sysdeps kube-apiserver kubelet containerd crictl node-tools test test-node fmtcheck vet staticcheck gotest demo bench bench-etcd bench-calico bench-controller bench-webui bench-storage bench-kube image clean
 
 all: build
 
@@ -152,6 +152,25 @@ bench: build $(TOOLS_BIN)/host-local
 bench-etcd: build $(TOOLS_BIN)/host-local
 	$(GO) run ./test/bench/etcd -ipkeeper $(BIN)/ipkeeper -host-local $(TOOLS_BIN)/host-local -scale \
 		$(if $(BENCH_BASELINE),-baseline $$(scripts/baseline-plugin.sh $(BENCH_BASELINE)))
+
+# ipkeeper's allocator against Calico's IPAM library (libcalico-go, etcdv3
+# backend) on one embedded etcd, interleaved: W1-W4, raw CAS, density rows,
+# bytes and etcd growth per ADD (test/bench/calico). The module proxy serves
+# neither Calico v3.32.1 nor github.com/projectcalico/api, so Calico's side
+# is built from CALICO_SRC, a checkout (or git directory) of
+# github.com/projectcalico/calico holding tag CALICO_VERSION, once into
+# ~/.cache/ipkeeper; without it only ipkeeper's side runs.
+# BENCH_CALICO_FLAGS="-scale 0.1" for a quick run.
+CALICO_SRC         ?=
+CALICO_VERSION     ?= v3.32.1
+BENCH_CALICO_FLAGS ?=
+bench-calico:
+	calico=""; \
+	if [[ -n "$(CALICO_SRC)" ]]; then \
+		calico=$$(CALICO_VERSION=$(CALICO_VERSION) test/bench/calico/side/build.sh "$(CALICO_SRC)") || \
+			echo "bench-calico: Calico's side did not build (above); running ipkeeper's side only" >&2; \
+	fi; \
+	$(GO) run ./test/bench/calico -calico "$$calico" $(BENCH_CALICO_FLAGS)
 
 # ipkeeper-controller's reclaim against a real kube-apiserver: nodes x pods
 # allocated, 5% deleted without DEL, time from the deletes to the last
