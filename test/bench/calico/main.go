@@ -5,7 +5,7 @@
 // blocks, one ADD at a time per node (ipkeeper's allocator's node lock,
 // Calico's CNI plugin's host-wide IPAM lock), each under its own key
 // prefix, with the handle records their plugins write. ipkeeper goes
-// through the datastore open path of its plugin (datastore.OpenStore) and
+// through the datastore open path of its plugin (datastore.Open) and
 // allocator.Allocator; Calico through libcalico-go's clientv3 on its
 // etcdv3 backend, in a process of its own (test/bench/calico/side, a
 // module of its own, built by its build.sh; -calico names the binary).

@@ -64,9 +64,9 @@ type ipkeeperSide struct {
 
 // openIpkeeper is the one call of the datastore's open path.
 func openIpkeeper(ctx context.Context, endpoint, prefix string) (store.Store, error) {
-	return datastore.OpenStore(ctx, config.Datastore{
+	return datastore.Open(ctx, config.Datastore{
 		Type: config.DatastoreEtcd, Endpoints: []string{endpoint}, Prefix: prefix,
-	}, false)
+	}, datastore.Options{Plugin: true})
 }
 
 func newIpkeeperSide(ctx context.Context, endpoint, prefix string) (*ipkeeperSide, error) {
