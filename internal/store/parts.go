@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"hash/fnv"
 	"slices"
+	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 )
@@ -207,4 +209,20 @@ func formatHex(v uint64) string {
 		v >>= 4
 	}
 	return string(b[:])
+}
+
+// Normalized returns n as a comparison sees it: blocks sorted by ref,
+// records by ID, loans by handle then lender, and no memory of how it
+// was stored. Backends return a node object's blocks and records in an
+// order of their own.
+func (n Node) Normalized() Node {
+	n.stored = nil
+	n.Blocks = slices.SortedFunc(slices.Values(n.Blocks), func(a, b ipam.Block) int {
+		return BlockRef{a.Pool, a.CIDR}.Compare(BlockRef{b.Pool, b.CIDR})
+	})
+	n.Handles = slices.SortedFunc(slices.Values(n.Handles), func(a, b ipam.Handle) int { return strings.Compare(a.ID, b.ID) })
+	n.Loans = slices.SortedFunc(slices.Values(n.Loans), func(a, b Loan) int {
+		return cmp.Or(strings.Compare(a.Handle, b.Handle), strings.Compare(a.Lender, b.Lender))
+	})
+	return n
 }

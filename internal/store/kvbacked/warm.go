@@ -55,7 +55,9 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 	node := w.Node != "" && store.ValidName("node", w.Node) == nil
 	hinted := node && w.Hint.usable(w.Node)
 	if node && !hinted {
-		keys = append(keys, nodeKey(w.Node))
+		// The node object is a prefix of parts, which Get cannot read
+		// with the rest: the opener reads it next.
+		node = false
 	}
 	pools := 0
 	for _, p := range w.Pools {
@@ -91,11 +93,7 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 		// Not the hint's store: read the object after all (its claims read
 		// are of this store all the same).
 		hinted = false
-		more, err := s.Get(ctx, nodeKey(w.Node))
-		if err != nil {
-			return LayoutUnmarked, Warmed{}, mapErr("read the layout marker", err)
-		}
-		es = append(more, es...)
+		return layout, Warmed{}, nil
 	}
 	if node {
 		out.Node = store.Node{Name: w.Node}
@@ -108,14 +106,6 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 			n.Version = w.Hint.Version
 			out.Node, out.Hinted = n, true
 			out.Hint.Version, out.Hint.Value = w.Hint.Version, w.Hint.Value
-		case es[0].Version != 0:
-			if out.Node, err = decodeNode(w.Node, es[0]); err != nil {
-				return layout, Warmed{}, nil
-			}
-			out.Hint.Version, out.Hint.Value = out.Node.Version, es[0].Value
-			es = es[1:]
-		default:
-			es = es[1:]
 		}
 	}
 	for _, e := range es[:pools] {

@@ -69,19 +69,13 @@ type ScannedNode struct {
 // object is reported in its entry, not as the listing's error. Sorted by
 // name.
 func (s *Store) ScanNodes(ctx context.Context, decode func(name string, v store.Version) bool) ([]ScannedNode, error) {
-	es, err := s.list(ctx, "list node objects", nodePrefix)
+	nodes, err := s.ListNodes(ctx, store.NodeSelector{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ScannedNode, 0, len(es))
-	for _, e := range es {
-		name := strings.TrimPrefix(e.Key, nodePrefix)
-		sn := ScannedNode{Name: name, Version: version(e.Version)}
-		if decode(name, sn.Version) {
-			sn.Node, sn.Err = decodeNode(name, e)
-			sn.Decoded = sn.Err == nil
-		}
-		out = append(out, sn)
+	out := make([]ScannedNode, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, ScannedNode{Name: n.Name, Version: n.Version, Node: n, Decoded: decode(n.Name, n.Version)})
 	}
 	return out, nil
 }
@@ -175,9 +169,9 @@ func typedEvent(ke etcd.Event) (Event, bool) {
 		ev.Claim.BlockRef = ref
 	case strings.HasPrefix(ke.Key, nodePrefix):
 		ev.Kind = KindNode
-		name := strings.TrimPrefix(ke.Key, nodePrefix)
+		name, _, _ := strings.Cut(strings.TrimPrefix(ke.Key, nodePrefix), "/")
 		if !ke.Delete {
-			ev.Node, ev.Err = decodeNode(name, e)
+			ev.Err = fmt.Errorf("%w: node %q: a part changed; read the node", store.ErrCorrupt, name)
 		}
 		ev.Node.Name = name
 	default:
