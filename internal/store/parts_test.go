@@ -1,6 +1,9 @@
 package store
 
 import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -144,5 +147,98 @@ func TestCompositeVersion(t *testing.T) {
 	}
 	if CompositeVersion(Parts{}) != "" {
 		t.Fatal("nothing stored must be the empty Version")
+	}
+}
+
+// TestChangesValidates: whatever a change does to a stored node object
+// (records added, dropped, edited, moved; blocks edited, added, removed;
+// each of them corrupting it or not), Changes accepts it only when the
+// whole object is valid, and what it reports dropped is what is gone.
+func TestChangesValidates(t *testing.T) {
+	p := ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.1.0.0/24"), BlockSize: 26}
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := partsFixture(t, p)
+	for range 40 {
+		base = takeFor(t, base, p, rng.IntN(2), fmt.Sprintf("r%d", rng.Int()))
+	}
+	base = AsStored(base, base.stored.parts)
+	mutations := []func(n *Node){
+		func(n *Node) {
+			if len(n.Blocks) > 1 && n.Blocks[1].FreeCount(p) > 0 {
+				*n = takeFor(t, *n, p, 1, fmt.Sprintf("m%d", rng.Int()))
+			}
+		},
+		func(n *Node) { // a record dropped, its address freed or not
+			i := rng.IntN(len(n.Handles))
+			h := n.Handles[i]
+			if rng.IntN(2) == 0 {
+				bi := slices.IndexFunc(n.Blocks, func(b ipam.Block) bool { return b.CIDR == h.IPs[0].Block })
+				if bi >= 0 {
+					if b, err := n.Blocks[bi].Release(h.IPs[0].Addr, h.ID); err == nil {
+						n.Blocks[bi] = b
+					}
+				}
+			}
+			n.Handles = slices.Delete(n.Handles, i, i+1)
+		},
+		func(n *Node) { n.Handles[rng.IntN(len(n.Handles))].Pod = "renamed" },
+		func(n *Node) { // a record given another's ID
+			i, j := rng.IntN(len(n.Handles)), rng.IntN(len(n.Handles))
+			n.Handles[i].ID = n.Handles[j].ID
+		},
+		func(n *Node) { // a record given another's address
+			i, j := rng.IntN(len(n.Handles)), rng.IntN(len(n.Handles))
+			n.Handles[i].IPs = slices.Clone(n.Handles[j].IPs)
+		},
+		func(n *Node) { // records swapped
+			i, j := rng.IntN(len(n.Handles)), rng.IntN(len(n.Handles))
+			n.Handles[i], n.Handles[j] = n.Handles[j], n.Handles[i]
+		},
+		func(n *Node) { // a free ordinal dropped from a queue
+			b := &n.Blocks[rng.IntN(len(n.Blocks))]
+			if len(b.Free) > 0 {
+				b.Free = b.Free[1:]
+			}
+		},
+		func(n *Node) { n.Blocks = n.Blocks[:1] }, // the second block removed
+		func(n *Node) { n.Blocks = append(n.Blocks, n.Blocks[0]) },
+		func(n *Node) { n.Handles[rng.IntN(len(n.Handles))].Node = "" },
+		func(n *Node) { n.Handles = append(n.Handles, n.Handles[rng.IntN(len(n.Handles))]) },
+	}
+	for i := range 2000 {
+		n := base
+		n.Blocks = make([]ipam.Block, len(base.Blocks))
+		for k, b := range base.Blocks {
+			b.Free, b.Owners = slices.Clone(b.Free), maps.Clone(b.Owners)
+			n.Blocks[k] = b
+		}
+		n.Handles = slices.Clone(base.Handles)
+		for k := range n.Handles {
+			n.Handles[k].IPs = slices.Clone(n.Handles[k].IPs)
+		}
+		for range 1 + rng.IntN(3) {
+			mutations[rng.IntN(len(mutations))](&n)
+		}
+		c, err := Changes(n)
+		whole := n.Validate()
+		if err == nil && whole != nil {
+			t.Fatalf("case %d: Changes accepted an invalid object: %v", i, whole)
+		}
+		if err != nil && whole == nil {
+			t.Fatalf("case %d: Changes refused a valid object: %v", i, err)
+		}
+		if err != nil {
+			continue
+		}
+		for _, id := range c.Dropped {
+			if _, ok := n.Handle(id); ok {
+				t.Fatalf("case %d: %q reported dropped, still held", i, id)
+			}
+		}
+		for _, h := range base.Handles {
+			if _, ok := n.Handle(h.ID); !ok && !slices.Contains(c.Dropped, h.ID) {
+				t.Fatalf("case %d: %q gone, not reported dropped", i, h.ID)
+			}
+		}
 	}
 }
