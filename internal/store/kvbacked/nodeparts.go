@@ -3,7 +3,6 @@ package kvbacked
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/kv"
@@ -99,4 +98,29 @@ func decodeParts(name string, es []kv.KeyValue) (store.Node, error) {
 	return n, nil
 }
 
-var _ = netip.Prefix{}
+// hintedNode is node object name as a hint holds it: its encoding
+// (store.MarshalNode) as stored at head version v. Every write of a node
+// compares its head alone, so a node known at its head's version is
+// known whole.
+func hintedNode(name string, val []byte, v store.Version) (store.Node, error) {
+	n, err := store.UnmarshalNode(name, val)
+	if err != nil {
+		return store.Node{}, err
+	}
+	n = store.AsStored(n, store.Parts{Head: v})
+	n.Version = v
+	return n, nil
+}
+
+// observeNode records n as this store read or wrote it (wrote), for the
+// hint of the node it tracks (an encoding costs nothing for the others).
+func (s *Store) observeNode(n store.Node, wrote bool) {
+	if !s.tracking(n.Name) {
+		return
+	}
+	val, err := store.MarshalNode(n)
+	if err != nil {
+		val = nil
+	}
+	s.observe(n.Name, val, n.Version, wrote)
+}

@@ -24,11 +24,15 @@ func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 		return store.Node{}, err
 	}
 	n, err := decodeParts(name, es)
-	if errors.Is(err, store.ErrNotFound) {
-		err = fmt.Errorf("%w: %s", store.ErrNotFound, what)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.observe(name, nil, "", false)
+		return store.Node{}, fmt.Errorf("%w: %s", store.ErrNotFound, what)
+	case err != nil:
+		return store.Node{}, err
 	}
-	s.observe(name, nil, "", false)
-	return n, err
+	s.observeNode(n, false)
+	return n, nil
 }
 
 // nodeWrite validates n and returns the conditions and operations of a
@@ -117,8 +121,9 @@ func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error
 		s.observe(n.Name, nil, "", !failedCond(err))
 		return store.Node{}, createErr(what, err)
 	}
-	s.observe(n.Name, nil, "", true)
-	return s.written(n, rev), nil
+	n = s.written(n, rev)
+	s.observeNode(n, true)
+	return n, nil
 }
 
 // UpdateNode implements store.Store: one kv transaction comparing the
@@ -135,8 +140,9 @@ func (s *Store) UpdateNode(ctx context.Context, n store.Node) (store.Node, error
 		s.observe(n.Name, nil, "", !failedCond(err))
 		return store.Node{}, s.casErr(ctx, what, conds[0].Key, err)
 	}
-	s.observe(n.Name, nil, "", true)
-	return s.written(n, rev), nil
+	n = s.written(n, rev)
+	s.observeNode(n, true)
+	return n, nil
 }
 
 // written returns n as stored by a write at rev: every part it holds at

@@ -99,11 +99,10 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 		out.Node = store.Node{Name: w.Node}
 		switch {
 		case hinted:
-			n, err := store.UnmarshalNode(w.Node, w.Hint.Value)
+			n, err := hintedNode(w.Node, w.Hint.Value, w.Hint.Version)
 			if err != nil {
 				return layout, Warmed{}, nil
 			}
-			n.Version = w.Hint.Version
 			out.Node, out.Hinted = n, true
 			out.Hint.Version, out.Hint.Value = w.Hint.Version, w.Hint.Value
 		}
