@@ -53,18 +53,19 @@ func layoutOf(e kv.KeyValue) (Layout, error) {
 func PoolKey(name string) string { return poolKey(name) }
 
 // ObjectKeys returns the keys and values that hold nodes and claims: each
-// node object with the lends entries of its borrowers, each claim with its
-// index key. Package migrate writes a converted store's objects with it.
+// node object's parts with the lends entries of its borrowers, each claim
+// with its index key. Package migrate writes a converted store's objects
+// with it.
 func ObjectKeys(nodes []store.Node, claims []store.Claim) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, n := range nodes {
-		val, err := store.MarshalNode(n)
+		n.Version = ""
+		_, ops, err := (&Store{}).nodeWrite(context.Background(), n, true)
 		if err != nil {
 			return nil, fmt.Errorf("node object %q: %w", n.Name, err)
 		}
-		out[nodeKey(n.Name)] = val
-		for _, borrower := range n.LendsTo() {
-			out[lendsKey(borrower, n.Name)] = []byte{}
+		for _, op := range ops {
+			out[op.Key] = op.Value
 		}
 	}
 	for _, c := range claims {
