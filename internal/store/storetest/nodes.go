@@ -230,55 +230,6 @@ func testNodeInvalid(t *testing.T, s store.Store) {
 	sameNode(t, got, good, "GetNode after refused updates")
 }
 
-// testNodeTooLarge: an object over the backend's limit is refused with
-// ErrTooLarge, and the stored one stays as it was.
-func testNodeTooLarge(t *testing.T, s store.Store) {
-	ctx := t.Context()
-	limit := s.Limits().MaxObjectBytes
-	if limit <= 0 {
-		t.Fatalf("Limits().MaxObjectBytes = %d: every backend must bound its objects", limit)
-	}
-	p := families[1].pool
-	p.BlockSize = 112 // 2^16 addresses
-	n := store.Node{Name: "node-a", Blocks: []ipam.Block{blockOf(p, 0, "node-a")}}
-	created, err := s.CreateNode(ctx, n)
-	noErr(t, err, "CreateNode")
-	big := clone(created)
-	netns := "/var/run/netns/" + strings.Repeat("n", 4000)
-	for i := range 1 << 16 {
-		h := handle("node-a", fmt.Sprintf("c%05d", i))
-		h.NetNS = netns
-		assign(t, &big, p, p.BlockAt(0), &h)
-		big.Handles = append(big.Handles, h)
-		if i%32 != 31 {
-			continue // encoding is linear in the object: check now and then
-		}
-		if b, err := store.MarshalNode(big); err != nil {
-			t.Fatal(err)
-		} else if len(b) > limit {
-			break
-		}
-	}
-	_, err = s.UpdateNode(ctx, big)
-	wantErr(t, err, store.ErrTooLarge, "UpdateNode over the limit")
-	got, err := s.GetNode(ctx, "node-a")
-	noErr(t, err, "GetNode")
-	if got.Version != created.Version || len(got.Handles) != 0 {
-		t.Fatalf("a refused update changed the object: version %q, %d handles", got.Version, len(got.Handles))
-	}
-	big.Name, big.Version = "node-b", ""
-	for i := range big.Blocks {
-		big.Blocks[i].Node = "node-b"
-	}
-	for i := range big.Handles {
-		big.Handles[i].Node = "node-b"
-	}
-	_, err = s.CreateNode(ctx, big)
-	wantErr(t, err, store.ErrTooLarge, "CreateNode over the limit")
-	_, err = s.GetNode(ctx, "node-b")
-	wantErr(t, err, store.ErrNotFound, "GetNode after a refused create")
-}
-
 func ownedOrdinal(b ipam.Block) int {
 	for ord := range b.Owners {
 		return ord
