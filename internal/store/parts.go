@@ -143,7 +143,7 @@ func Changes(n Node) (NodeChange, error) {
 		}
 	}
 	for ref, i := range idx {
-		if j, ok := oldBlocks[ref]; !ok || !slices.Equal(s.blocks[j].Free, n.Blocks[i].Free) {
+		if j, ok := oldBlocks[ref]; !ok || s.blocks[j].Node != n.Blocks[i].Node || !slices.Equal(s.blocks[j].Free, n.Blocks[i].Free) {
 			touched[ref] = true
 		}
 	}
