@@ -40,10 +40,17 @@ func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 // its head, so the head's version is the object's), the parts that
 // changed against what n was read with put or deleted, and the lends key
 // of every borrower of a changed record. A node object that was not read
-// from this store is written against the parts listed now.
+// from this store, or not at n.Version, is written against the parts
+// listed now.
 func (s *Store) nodeWrite(ctx context.Context, n store.Node, create bool) ([]kv.Cond, []kv.Op, error) {
 	if err := store.ValidName("node", n.Name); err != nil {
 		return nil, nil, err
+	}
+	if p, read := n.StoredParts(); read && p.Head != n.Version {
+		// Read at another version than it is written at: what it was
+		// read with is not the state its write replaces, so it is
+		// written whole, against the parts listed now.
+		n = n.Normalized()
 	}
 	head := headKey(n.Name)
 	var conds []kv.Cond

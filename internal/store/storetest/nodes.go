@@ -150,6 +150,47 @@ func testNodeUnchangedUpdate(t *testing.T, s store.Store) {
 	}
 }
 
+// testNodeUpdateWhole: UpdateNode stores n whole at n.Version, also an
+// n read at an older version: an object read before another writer's
+// update, changed, and given the current version (as a node's
+// credentials can rewrite its object) reads back as written, without the
+// other writer's record — a backend that writes what changed must not
+// take what n was read at for the state at n.Version.
+func testNodeUpdateWhole(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	created, err := s.CreateNode(ctx, DualStackNode(t, "node-a", 2))
+	noErr(t, err, "CreateNode")
+	other := clone(created)
+	b := handle("node-a", "other")
+	for _, f := range families {
+		assign(t, &other, f.pool, f.pool.BlockAt(1), &b)
+	}
+	other.Handles = append(other.Handles, b)
+	current, err := s.UpdateNode(ctx, other)
+	noErr(t, err, "UpdateNode")
+	// The same addresses, for another record, in the object as read
+	// before that update.
+	over := clone(created)
+	c := handle("node-a", "over")
+	for _, f := range families {
+		assign(t, &over, f.pool, f.pool.BlockAt(1), &c)
+	}
+	over.Handles = append(over.Handles, c)
+	if c.IPs[0] != b.IPs[0] {
+		t.Fatalf("the two records hold %v and %v, want the same addresses", b.IPs, c.IPs)
+	}
+	over.Version = current.Version
+	written, err := s.UpdateNode(ctx, over)
+	noErr(t, err, "UpdateNode of an object read at an older version, at the current one")
+	sameNode(t, written, over, "UpdateNode's result")
+	got, err := s.GetNode(ctx, "node-a")
+	noErr(t, err, "GetNode")
+	if got.Version != written.Version {
+		t.Fatalf("GetNode version %q, UpdateNode returned %q", got.Version, written.Version)
+	}
+	sameNode(t, got, over, "GetNode")
+}
+
 // testNodeNames: node names that are no Kubernetes object name, and names
 // that map to similar ones, are distinct objects.
 func testNodeNames(t *testing.T, s store.Store) {

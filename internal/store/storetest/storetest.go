@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeLifecycle", testNodeLifecycle},
 		{"NodeVersionAfterRecreate", testNodeVersionAfterRecreate},
 		{"NodeUnchangedUpdate", testNodeUnchangedUpdate},
+		{"NodeUpdateWhole", testNodeUpdateWhole},
 		{"NodeNames", testNodeNames},
 		{"NodeInvalid", testNodeInvalid},
 		{"NodeManyAddresses", testNodeManyAddresses},
