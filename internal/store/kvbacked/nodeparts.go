@@ -124,3 +124,9 @@ func (s *Store) observeNode(n store.Node, wrote bool) {
 	}
 	s.observe(n.Name, val, n.Version, wrote)
 }
+
+// HeadKey, BlockPartKey and RecordKey are the keys of node's parts, for
+// tests that write parts no store.Store write makes (kvbackedtest).
+func HeadKey(node string) string                          { return headKey(node) }
+func BlockPartKey(node string, ref store.BlockRef) string { return blockPartKey(node, ref) }
+func RecordKey(node, id string) string                    { return recordKey(node, id) }
