@@ -1,6 +1,8 @@
 package migrate_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -13,6 +15,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
@@ -236,4 +239,212 @@ func TestSplitWholeNodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A split that dies before any one of its transactions (kept small, so
+// there are many) and is run again ends as one that never died; a store
+// left marked with whole keys still in it (a death after the marker)
+// reads as the split store.
+func TestSplitResumes(t *testing.T) {
+	small := kv.Limits{MaxOps: 16}
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			crashes := 0
+			for crash := 1; crash <= 80; crash++ { // bounded: ends when a split needs fewer transactions
+				kvs, w := openWhole(t, b)
+				cs := &kvbackedtest.Counting{Store: kvs, TxnLimits: &small, FailTxn: crash}
+				err := migrate.Ensure(t.Context(), cs)
+				if err == nil {
+					cs.Close()
+					break
+				}
+				if !errors.Is(err, kvbackedtest.ErrCrash) {
+					t.Fatalf("crash before txn %d: %v", crash, err)
+				}
+				crashes++
+				if l, _ := kvbacked.ReadLayout(t.Context(), kvs); l == kvbacked.LayoutTyped {
+					checkNodes(t, kvbacked.New(kvs), w)
+				}
+				cs.FailTxn = 0
+				if err := migrate.Ensure(t.Context(), cs); err != nil {
+					t.Fatalf("Ensure after a crash before txn %d: %v", crash, err)
+				}
+				checkSplit(t, kvs, w)
+				cs.Close()
+			}
+			if crashes < 20 {
+				t.Fatalf("only %d crash points: transactions not bounded by the limits", crashes)
+			}
+		})
+	}
+}
+
+// Opens of this version running Ensure at once on one store of whole
+// node objects all succeed, and the store is split once.
+func TestSplitConcurrent(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			kvs, w := openWhole(t, b)
+			defer kvs.Close()
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for i := range errs {
+				wg.Go(func() { errs[i] = migrate.Ensure(t.Context(), kvs) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			checkSplit(t, kvs, w)
+		})
+	}
+}
+
+// earlierGet reads node object name as the earlier version does: its
+// whole key, decoded (store.UnmarshalNode is that version's decoder),
+// and the key's version.
+func earlierGet(ctx context.Context, kvs kv.Store, name string) (store.Node, int64, error) {
+	es, err := kvs.Get(ctx, "nodes/"+name)
+	if err != nil {
+		return store.Node{}, 0, err
+	}
+	if es[0].Version == 0 {
+		return store.Node{}, 0, store.ErrNotFound
+	}
+	n, err := store.UnmarshalNode(name, es[0].Value)
+	return n, es[0].Version, err
+}
+
+// earlierWrite writes n as the earlier version's UpdateNode does (its
+// CreateNode when v is 0): the whole key compared at version v, put with
+// the lends keys of its borrowers, in one transaction; hint, when set,
+// is the condition of a write from a hint (the marker at the hinted
+// version, with the value "2").
+func earlierWrite(ctx context.Context, kvs kv.Store, n store.Node, v int64, hint *kv.Cond) error {
+	val, err := store.MarshalNode(n)
+	if err != nil {
+		return err
+	}
+	conds := []kv.Cond{{Key: "nodes/" + n.Name, Version: v}}
+	if hint != nil {
+		conds = append([]kv.Cond{*hint}, conds...)
+	}
+	ops := []kv.Op{{Key: "nodes/" + n.Name, Value: val}}
+	for _, b := range n.LendsTo() {
+		ops = append(ops, kv.Op{Key: "lends/" + b + "/" + n.Name, Value: []byte{}})
+	}
+	return kvs.Txn(ctx, conds, ops)
+}
+
+// writes reports whether a transaction puts key = value.
+func writes(ops []kv.Op, key, value string) bool {
+	return slices.ContainsFunc(ops, func(op kv.Op) bool { return op.Key == key && !op.Delete && string(op.Value) == value })
+}
+
+// A process of the earlier version writing meanwhile: its write of
+// node-a after node-a's parts were written and before its fence is
+// carried over (node-a split again, the record it dropped deleted);
+// from node-a's fence on it can no longer read node-a, nor write it from
+// what it read before, nor create it again; from the marker on its
+// writes from a hint fail, also the create of a node new to the store.
+func TestSplitFencesEarlierVersion(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := t.Context()
+			kvs, w := openWhole(t, b)
+			defer kvs.Close()
+			hinted, err := kvs.Get(ctx, "meta/layout")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hint := &kv.Cond{Key: "meta/layout", Version: hinted[0].Version, Value: []byte("2")}
+			moved := string(kvbacked.MovedNodeValue)
+			var stale store.Node
+			var staleAt int64
+			checked := map[string]bool{}
+			cs := &kvbackedtest.Counting{Store: kvs}
+			cs.BeforeTxn = func(_ []kv.Cond, ops []kv.Op) {
+				if !writes(ops, "nodes/node-a", moved) || checked["before"] {
+					return
+				}
+				checked["before"] = true
+				n, v, err := earlierGet(ctx, kvs, "node-a")
+				if err != nil {
+					t.Errorf("the earlier version's read of node-a before its fence: %v", err)
+					return
+				}
+				stale, staleAt = n, v
+				n, _, err = nodeallocTake(n, podHandle("node-a", "late"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n = nodeallocRelease(n, ipam.HandleID("net", "a1", "eth0"))
+				if err := earlierWrite(ctx, kvs, n, v, hint); err != nil {
+					t.Errorf("the earlier version's write of node-a before its fence: %v", err)
+				}
+				n.Version = ""
+				w.nodes["node-a"] = n.Normalized()
+			}
+			cs.AfterTxn = func(ops []kv.Op, err error) {
+				switch {
+				case err != nil:
+				case writes(ops, "nodes/node-a", moved) && !checked["fence"]:
+					checked["fence"] = true
+					if _, _, err := earlierGet(ctx, kvs, "node-a"); !errors.Is(err, store.ErrCorrupt) {
+						t.Errorf("the earlier version's read of node-a after its fence: %v, want ErrCorrupt", err)
+					}
+					next, _, err := nodeallocTake(stale, podHandle("node-a", "stale"))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := earlierWrite(ctx, kvs, next, staleAt, nil); !errors.Is(err, store.ErrConflict) {
+						t.Errorf("the earlier version's update of node-a after its fence: %v, want ErrConflict", err)
+					}
+					if err := earlierWrite(ctx, kvs, next, 0, nil); !errors.Is(err, store.ErrConflict) {
+						t.Errorf("the earlier version's create of node-a after its fence: %v, want ErrConflict", err)
+					}
+				case writes(ops, "meta/layout", kvbacked.MarkerValue) && !checked["marker"]:
+					checked["marker"] = true
+					fresh, _, err := nodeallocTake(store.Node{Name: "node-new"}, podHandle("node-new", "n0"))
+					if err == nil {
+						err = earlierWrite(ctx, kvs, fresh, 0, hint)
+					}
+					if !errors.Is(err, store.ErrConflict) {
+						t.Errorf("the earlier version's hinted create of a new node after the marker: %v, want ErrConflict", err)
+					}
+					if err := earlierWrite(ctx, kvs, stale, 0, nil); !errors.Is(err, store.ErrConflict) {
+						t.Errorf("the earlier version's create of node-a after the marker: %v, want ErrConflict", err)
+					}
+				}
+			}
+			if err := migrate.Ensure(ctx, cs); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []string{"before", "fence", "marker"} {
+				if !checked[c] {
+					t.Errorf("no check %s ran", c)
+				}
+			}
+			checkSplit(t, kvs, w)
+		})
+	}
+}
+
+// nodeallocTake gives h an address of node n's block of the small pool
+// (node-new: of a block of the big pool it adds), as the earlier
+// version's allocator does.
+func nodeallocTake(n store.Node, h ipam.Handle) (store.Node, ipam.HandleIP, error) {
+	p := wholeSmall
+	if n.Name == "node-new" {
+		n, p = nodealloc.AddBlock(n, wholeBig, netip.MustParsePrefix("10.20.255.0/26")), wholeBig
+	}
+	return nodealloc.Take(n, p, h)
+}
+
+// nodeallocRelease drops h's record from n and frees its addresses.
+func nodeallocRelease(n store.Node, id string) store.Node {
+	n, _ = nodealloc.Release(n, id)
+	return n
 }
