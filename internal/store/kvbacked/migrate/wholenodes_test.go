@@ -448,3 +448,37 @@ func nodeallocRelease(n store.Node, id string) store.Node {
 	n, _ = nodealloc.Release(n, id)
 	return n
 }
+
+// listHooked is a kv.Store whose first List runs before first.
+type listHooked struct {
+	kv.Store
+	once  sync.Once
+	first func()
+}
+
+func (l *listHooked) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
+	l.once.Do(l.first)
+	return l.Store.List(ctx, prefix)
+}
+
+// A split that read the marker before another split finished (marked
+// the store and deleted the whole keys) and the nodes after finds parts
+// of nodes without whole keys: it deletes nothing, and ends on the
+// split store.
+func TestSplitLosesRace(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			kvs, w := openWhole(t, b)
+			defer kvs.Close()
+			slow := &listHooked{Store: kvs, first: func() {
+				if err := migrate.Ensure(t.Context(), kvs); err != nil {
+					t.Error(err)
+				}
+			}}
+			if _, err := migrate.Split(t.Context(), slow); err != nil {
+				t.Fatal(err)
+			}
+			checkSplit(t, kvs, w)
+		})
+	}
+}
