@@ -33,11 +33,24 @@ const ensureAttempts = 4
 // the split (ErrLateNode) are left for `ipkeeperctl check` and logged; the
 // store is of this layout all the same.
 func Ensure(ctx context.Context, s kv.Store) error {
+	layout, err := kvbacked.ReadLayout(ctx, s)
+	if err != nil {
+		return err
+	}
+	return EnsureRead(ctx, s, layout)
+}
+
+// EnsureRead is Ensure of a store whose marker its caller has just read
+// (kvbacked.ReadLayoutWarm): the first attempt does not read it again.
+func EnsureRead(ctx context.Context, s kv.Store, layout kvbacked.Layout) error {
 	for i := range ensureAttempts {
-		layout, err := kvbacked.ReadLayout(ctx, s)
-		if err != nil {
-			return err
+		if i > 0 {
+			var err error
+			if layout, err = kvbacked.ReadLayout(ctx, s); err != nil {
+				return err
+			}
 		}
+		var err error
 		switch {
 		case layout == kvbacked.LayoutTyped && i > 0:
 			return nil

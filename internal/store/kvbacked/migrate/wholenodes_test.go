@@ -133,6 +133,7 @@ func openWhole(t *testing.T, b kvbackedtest.KVBackend) (kv.Store, wholeStore) {
 		}
 		ops = ops[n:]
 	}
+	w.nodes = maps.Clone(w.nodes) // a test may change its copy
 	return kvs, w
 }
 
@@ -189,6 +190,9 @@ func TestSplitWholeNodes(t *testing.T) {
 			ctx := t.Context()
 			kvs, w := openWhole(t, b)
 			defer kvs.Close()
+			if l, err := kvbacked.ReadLayout(ctx, kvs); err != nil || l != kvbacked.LayoutWholeNodes {
+				t.Fatalf("layout of the whole-node store: %v, %v", l, err)
+			}
 			cs := &kvbackedtest.Counting{Store: kvs}
 			if err := migrate.Ensure(ctx, cs); err != nil {
 				t.Fatal(err)
