@@ -61,21 +61,30 @@ var ErrLateNode = errors.New("node object of the earlier layout written after th
 //     key taken), and the head is put. A node's head exists exactly when
 //     it is fenced.
 //
-// Parts of nodes whose whole key is gone (deleted by the earlier version)
-// are deleted on condition that it is still absent. When every whole key
-// holds the fence and no parts of a gone node are left, meta/layout =
-// kvbacked.MarkerValue in one transaction guarded by the marker's and the
-// fences' versions: from here on the parts are the truth, and the
-// earlier version fails every open and every hinted write. Then the whole
-// keys are deleted, each guarded by its version; a whole key written since
-// the marker (by a process of the earlier version that opened before it,
-// for a node new to the store) is split first, guarded by the node having
-// no head yet, else left and reported (ErrLateNode).
+// Every write before the marker is also guarded by the marker as read,
+// so that a Split that read it before another one finished writes
+// nothing. Parts of nodes whose whole key is gone (deleted by the earlier
+// version) are deleted on condition that it is still absent. When every
+// whole key holds the fence and no parts of a gone node are left,
+// meta/layout = kvbacked.MarkerValue, guarded by the marker's version
+// (the fences cannot change: the earlier version cannot decode them, so
+// never learns their versions): from here on the parts are the truth, and
+// the earlier version fails every open and every write from a hint. Then
+// the whole keys are deleted, each guarded by its version. A whole key
+// written after the marker — by a process of the earlier version that
+// read the old marker before it and writes without a hint: it creates a
+// node new to the store, or, once the whole keys are gone, one it found
+// gone — is split first, guarded by the node having no head yet, else
+// left and reported (ErrLateNode). Only such a process, still running
+// after the marker, escapes the fence; stop the earlier version's
+// controllers before the upgrade.
 //
 // Each step is idempotent: a crash anywhere leaves the store to a rerun
-// (Ensure runs Split on a store marked with either value). A failed
-// condition of another Split running meanwhile returns an error wrapping
-// store.ErrConflict only when the marker changed; Ensure reads it again.
+// (Ensure runs Split on a store marked with either value; a store marked
+// with this layout's value reads as split, ListNodes passing over whole
+// keys left behind). Conditions failed by another Split running meanwhile
+// make Split read again; after splitAttempts reads it fails with
+// store.ErrConflict, and Ensure reads the marker again.
 func Split(ctx context.Context, s kv.Store) (SplitReport, error) {
 	var rep SplitReport
 	for range splitAttempts {
