@@ -425,7 +425,7 @@ func TestHintLayoutChanged(t *testing.T) {
 	if err != nil || es[0].Version == 0 || es[1].Version == 0 {
 		t.Fatalf("layout marker and node-a's head %+v, %v", es, err)
 	}
-	if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: "meta/layout", Value: []byte("3")}}); err != nil {
+	if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: "meta/layout", Value: []byte("4")}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = kvs.Close()

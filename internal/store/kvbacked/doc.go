@@ -16,7 +16,9 @@
 //	nodeclaims/<node>/<pool>/<block>   the same JSON: the claim indexed by node
 //	nodes/<node>                       store.MarshalNode JSON (store.NodeSpec)
 //	lends/<borrower>/<lender>          empty: lender's object may lend to borrower
-//	meta/layout                        "2" once package migrate has run (ReadLayout)
+//	meta/layout                        "3" once package migrate has run (ReadLayout;
+//	                                   "2": node objects whole under nodes/<node>,
+//	                                   split into parts by package migrate)
 //	meta/converted                     the highest version the migration read
 //
 // <block> is the CIDR with its "/" replaced by "-" (10.0.0.64-26,

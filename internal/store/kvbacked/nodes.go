@@ -211,6 +211,10 @@ func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.
 		}
 		var out []store.Node
 		for len(es) > 0 {
+			if IsMovedNode(es[0]) {
+				es = es[1:] // left by the migration that split the node (MovedNodeValue)
+				continue
+			}
 			name, _, _ := strings.Cut(strings.TrimPrefix(es[0].Key, nodePrefix), "/")
 			i := 0
 			for i < len(es) && strings.HasPrefix(es[i].Key, nodePartsPrefix(name)) {
