@@ -421,7 +421,7 @@ func TestHintLayoutChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, err := kvs.Get(t.Context(), "meta/layout", kvbacked.HeadKey("node-a"))
+	es, err := kvs.Get(t.Context(), "meta/layout", kvbacked.NodeHeadKey("node-a"))
 	if err != nil || es[0].Version == 0 || es[1].Version == 0 {
 		t.Fatalf("layout marker and node-a's head %+v, %v", es, err)
 	}
@@ -441,7 +441,7 @@ func TestHintLayoutChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kvs.Close()
-	after, err := kvs.Get(t.Context(), kvbacked.HeadKey("node-a"))
+	after, err := kvs.Get(t.Context(), kvbacked.NodeHeadKey("node-a"))
 	if err != nil || after[0].Version != es[1].Version {
 		t.Fatalf("node object at version %d after the refused ADD, was %d (%v)", after[0].Version, es[1].Version, err)
 	}

@@ -375,7 +375,7 @@ func TestOpenEmpty(t *testing.T) {
 			// The marker, the pool, the claim and its index, the node's
 			// head and block.
 			keys := rawKeys(t, ds)
-			if keys["meta/layout"] == 0 || keys[kvbacked.HeadKey("node-a")] == 0 || keys[kvbacked.BlockPartKey("node-a", store.BlockRef{Pool: osV4.Name, CIDR: blk.CIDR})] == 0 || len(keys) != 7 {
+			if keys["meta/layout"] == 0 || keys[kvbacked.NodeHeadKey("node-a")] == 0 || keys[kvbacked.NodeBlockKey("node-a", store.BlockRef{Pool: osV4.Name, CIDR: blk.CIDR})] == 0 || len(keys) != 7 {
 				t.Fatalf("a store of typed objects is only marked: %v", keys)
 			}
 		})

@@ -29,7 +29,7 @@ func TestCorruptNodeObjectIs999(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Txn(ctx, nil, []kv.Op{{Key: kvbacked.HeadKey("node-a"), Value: []byte("not a node object")}})
+	err = s.Txn(ctx, nil, []kv.Op{{Key: kvbacked.NodeHeadKey("node-a"), Value: []byte("not a node object")}})
 	s.Close()
 	if err != nil {
 		t.Fatal(err)

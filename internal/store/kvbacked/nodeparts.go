@@ -125,8 +125,8 @@ func (s *Store) observeNode(n store.Node, wrote bool) {
 	s.observe(n.Name, val, n.Version, wrote)
 }
 
-// HeadKey, BlockPartKey and RecordKey are the keys of node's parts, for
-// tests that write parts no store.Store write makes (kvbackedtest).
-func HeadKey(node string) string                          { return headKey(node) }
-func BlockPartKey(node string, ref store.BlockRef) string { return blockPartKey(node, ref) }
-func RecordKey(node, id string) string                    { return recordKey(node, id) }
+// NodeBlockKey and NodeRecordKey are the keys of a block's and a handle
+// record's part of node's object (NodeHeadKey is its head's), for tests
+// that write parts no store.Store write makes (kvbackedtest).
+func NodeBlockKey(node string, ref store.BlockRef) string { return blockPartKey(node, ref) }
+func NodeRecordKey(node, id string) string                { return recordKey(node, id) }

@@ -27,13 +27,13 @@ func PutRawNode(tb testing.TB, kvs kv.Store, node string, r RawNode) {
 	tb.Helper()
 	var ops []kv.Op
 	if r.Head != "" {
-		ops = append(ops, kv.Op{Key: kvbacked.HeadKey(node), Value: []byte(r.Head)})
+		ops = append(ops, kv.Op{Key: kvbacked.NodeHeadKey(node), Value: []byte(r.Head)})
 	}
 	for ref, v := range r.Blocks {
-		ops = append(ops, kv.Op{Key: kvbacked.BlockPartKey(node, ref), Value: []byte(v)})
+		ops = append(ops, kv.Op{Key: kvbacked.NodeBlockKey(node, ref), Value: []byte(v)})
 	}
 	for id, v := range r.Records {
-		ops = append(ops, kv.Op{Key: kvbacked.RecordKey(node, id), Value: []byte(v)})
+		ops = append(ops, kv.Op{Key: kvbacked.NodeRecordKey(node, id), Value: []byte(v)})
 	}
 	if err := kvs.Txn(tb.Context(), nil, ops); err != nil {
 		tb.Fatal(err)
