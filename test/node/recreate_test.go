@@ -54,6 +54,17 @@ func TestNetnsGoneOnFullPool(t *testing.T) {
 	old := recs[uid][0]
 	t.Logf("pod %s (uid %s): sandbox %s, %v, network namespace %s", victim.Name, uid, short(old.ContainerID), handleAddrs(old), old.NetNS)
 	victimIDs := n.podContainerIDs(t, old.ContainerID)
+	// The kubelet must have seen the range full before the restart: it
+	// keeps what it last saw while the runtime is down, and a pod synced
+	// before it looks again would pass its network check.
+	n.waitFor(t, "the runtime reports NetworkReady false for the full range", podTimeout, func() (bool, string) {
+		ok, msg := n.networkReady(t)
+		return !ok && strings.Contains(msg, "pool exhausted"), msg
+	})
+	n.waitFor(t, "the kubelet marks the Node not Ready for the full range", podTimeout, func() (bool, string) {
+		ok, msg := n.nodeReady()
+		return !ok && strings.Contains(msg, "pool exhausted"), msg
+	})
 
 	n.containerd.stop(30 * time.Second)
 	n.rememberIDs()
@@ -63,20 +74,12 @@ func TestNetnsGoneOnFullPool(t *testing.T) {
 	n.removeNetns(t, old.NetNS)
 	n.startContainerd(t)
 
-	// The full range: the runtime and the Node are not network-ready, and
-	// the kubelet, though it saw the pod's containers die, leaves the
-	// dead sandbox (and ipkeeper its record) as they are.
+	// The range still full, the kubelet, though it saw the pod's
+	// containers die, leaves the dead sandbox (and ipkeeper its record)
+	// as they are.
 	n.waitFor(t, "the runtime reports the sandbox not ready", podTimeout, func() (bool, string) {
 		sbs := n.sandboxesOf(t, map[string]bool{uid: true}, "SANDBOX_NOTREADY")
 		return len(sbs) == 1 && sbs[0].ID == old.ContainerID, fmt.Sprint(sbs)
-	})
-	n.waitFor(t, "the runtime reports NetworkReady false for the full range", podTimeout, func() (bool, string) {
-		ok, msg := n.networkReady(t)
-		return !ok && strings.Contains(msg, "pool exhausted"), msg
-	})
-	n.waitFor(t, "the kubelet marks the Node not Ready for the full range", podTimeout, func() (bool, string) {
-		ok, msg := n.nodeReady()
-		return !ok && strings.Contains(msg, "pool exhausted"), msg
 	})
 	n.waitFor(t, "the kubelet reports pod "+victim.Name+"'s container not running", podTimeout, func() (bool, string) {
 		p := n.pods(t, ns)[victim.Name]
