@@ -13,9 +13,11 @@ import (
 
 // TestExhaustionThroughKubelet fills a range of four addresses with six
 // pods: four run, the other two stay ContainerCreating with ipkeeper's
-// "pool exhausted" in their events (as the kubelet reports the failed
-// sandbox), and they start — with the addresses of the pods deleted to
-// make room — once two of the running pods are deleted.
+// "pool exhausted" in their events (on a full range the plugin's STATUS
+// fails, the runtime reports the network not ready and the kubelet, with
+// a NetworkNotReady event naming the plugin's error, creates no sandbox),
+// and they start — with the addresses of the pods deleted to make room —
+// once two of the running pods are deleted.
 func TestExhaustionThroughKubelet(t *testing.T) {
 	n := startNode(t, nodeOptions{leakGrace: 10 * time.Minute, ranges: fourAddresses})
 	ns := n.newNamespace(t, nil)
