@@ -139,7 +139,7 @@ type RouteSync struct {
 	// List reads every claim and node object.
 	List func(ctx context.Context) ([]store.Claim, []store.Node, error)
 	// Addresses returns the nodes' addresses.
-	Addresses func() blockroute.Addresses
+	Addresses  func() blockroute.Addresses
 	Reconciler *RouteReconciler
 	Log        *slog.Logger
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
-func ip(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func ip(s string) netip.Addr    { return netip.MustParseAddr(s) }
 
 func claim(node, pool, cidr string) store.Claim {
 	return store.Claim{BlockRef: store.BlockRef{Pool: pool, CIDR: pfx(cidr)}, Node: node}
@@ -82,7 +82,9 @@ func TestComputeUnknown(t *testing.T) {
 }
 
 func TestWanted(t *testing.T) {
-	r := func(node, dst, via string) Route { return Route{Node: node, Dst: pfx(dst), Via: ip(via), Kind: KindBlock} }
+	r := func(node, dst, via string) Route {
+		return Route{Node: node, Dst: pfx(dst), Via: ip(via), Kind: KindBlock}
+	}
 	for _, tc := range []struct {
 		name      string
 		routes    []Route
