@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"reflect"
-		"testing"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
