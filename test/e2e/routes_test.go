@@ -60,7 +60,8 @@ func protoRoutes(t *testing.T, ns string) []string {
 // link) with the bridge plugin and ipkeeper on one local store: after each
 // node's route sync the pod on node-a reaches the pod on node-b by ping;
 // an administrator's route is left alone; when node-b's block is freed its
-// route goes, and when node-c claims it the route goes via node-c.
+// route goes, when node-c claims it the route goes via node-c, and when
+// node-c's address changes the route follows.
 func TestBlockRoutesAcrossNodes(t *testing.T) {
 	needRoot(t)
 	needIpkeeper(t)
@@ -128,6 +129,10 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	for _, n := range nodes {
 		nsExec(t, n.h.ns, "sysctl", "-qw", "net.ipv4.conf.ipk0.proxy_arp=1")
 	}
+	// Without the routes node-b's pod cannot answer.
+	if out, err := nsRun(podA.ns, "ping", "-c1", "-W1", addrB.String()); err == nil {
+		t.Fatalf("ping %s from node-a's pod before any route sync succeeded: %s", addrB, out)
+	}
 	sync(a)
 	sync(b)
 	want := func(n *routeNode, routes ...string) {
@@ -178,4 +183,9 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	}
 	sync(a)
 	want(a, blockB.String()+" via 192.0.2.3")
+
+	// node-c's address changes: the route is replaced.
+	addrs["node-c"] = []netip.Addr{mustAddr("192.0.2.4")}
+	sync(a)
+	want(a, blockB.String()+" via 192.0.2.4")
 }
