@@ -65,7 +65,7 @@ func ParseFlags(args []string, stderr io.Writer, getenv func(string) string) (Op
 	fs.StringVar(&o.Routes.Config, "routes-config", "", "CNI network config whose datastore --routes reads (default: the kubernetes datastore with the agent's credentials)")
 	fs.StringArrayVar(&nodeAddrs, "node-address", nil, "NODE=ADDR: the address --routes routes NODE's blocks via, instead of its Node's InternalIP of that family (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "ipkeeper-agent answers the ipkeeper plugin's pod-aware lookups (pod, namespace, node)\nfrom informer caches over a unix socket.\n\nFlags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "ipkeeper-agent answers the ipkeeper plugin's pod-aware lookups (pod, namespace, node)\nfrom informer caches over a unix socket; with --routes it also routes the other\nnodes' blocks via their addresses.\n\nFlags:\n%s", fs.FlagUsages())
 	}
 	if err := flagenv.Set(fs, envPrefix, getenv); err != nil {
 		return o, err
