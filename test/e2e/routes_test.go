@@ -181,6 +181,18 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// An administrator's route holds the destination: it is left alone
+	// until it goes.
+	nsExec(t, a.h.ns, "ip", "route", "add", blockB.String(), "via", "192.0.2.2", "proto", "static")
+	ch, err := a.sync.Sync(ctxT(t))
+	if err != nil || len(ch.Refused) != 1 || ch.Refused[0] != blockB {
+		t.Fatalf("sync with an administrator's route to %s: %+v, %v", blockB, ch, err)
+	}
+	want(a)
+	if out := nsExec(t, a.h.ns, "ip", "-4", "route", "show", blockB.String()); !strings.Contains(out, "via 192.0.2.2 dev ipk-va proto static") {
+		t.Fatalf("the administrator's route to %s was changed: %q", blockB, out)
+	}
+	nsExec(t, a.h.ns, "ip", "route", "del", blockB.String(), "proto", "static")
 	sync(a)
 	want(a, blockB.String()+" via 192.0.2.3")
 
