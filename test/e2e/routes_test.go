@@ -83,7 +83,7 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	var nodes []*routeNode
 	for _, name := range []string{"node-a", "node-b"} {
 		h := newHost(t, ipkeeperBin)
-		nsExec(t, h.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+		nsExec(t, h.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 		r := newRuntime(t, h, bridgeConf("ipk-e2e-routes", "1.1.0", true, localIPAM(dir, map[string]any{
 			"nodeName": name, "blockSize": 28,
 			"ranges": [][]map[string]any{{{"subnet": "10.97.0.0/24"}}},
@@ -127,7 +127,7 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	// The pods see the pool's whole subnet on-link: each bridge answers
 	// ARP for the other node's pods (proxy ARP), as on a real node.
 	for _, n := range nodes {
-		nsExec(t, n.h.ns, "sysctl", "-qw", "net.ipv4.conf.ipk0.proxy_arp=1")
+		nsExec(t, n.h.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/ipk0/proxy_arp")
 	}
 	// Without the routes node-b's pod cannot answer.
 	if out, err := nsRun(podA.ns, "ping", "-c1", "-W1", addrB.String()); err == nil {
