@@ -122,15 +122,12 @@ staticcheck: $(TOOLS_BIN)/staticcheck
 	$(TOOLS_BIN)/staticcheck $(PKGS)
 
 # Browser tests keep their screenshots in bin/artifacts (IPKEEPER_ARTIFACTS).
-# The real-node tests (test/node) run in `make test-node`; NODE_TESTS=1
-# runs them in `make test` too (and builds what they need first).
-NODE_TESTS ?=
-GOTEST_PKGS = $(if $(NODE_TESTS),$(PKGS),$$($(GO) list $(PKGS) | grep -v '/test/node$$'))
-
+# The real-node tests (test/node) run here with the rest, and alone in
+# `make test-node`.
 gotest:
-	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) IPKEEPER_ARTIFACTS=$${IPKEEPER_ARTIFACTS:-$(BIN)/artifacts} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTEST_PKGS)
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) IPKEEPER_ARTIFACTS=$${IPKEEPER_ARTIFACTS:-$(BIN)/artifacts} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test: sysdeps tools kube-apiserver build $(if $(NODE_TESTS),node-tools)
+test: sysdeps tools kube-apiserver node-tools build
 	$(MAKE) --no-print-directory fmtcheck
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory staticcheck

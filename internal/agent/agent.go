@@ -13,6 +13,9 @@
 // pod of another UID. Requests about another node, and about a pod that
 // is not bound to the agent's node (its spec.nodeName, as cached or as
 // the API server has it), are refused.
+//
+// With --routes (routes.go, routesmode.go) it also programs kernel routes
+// to every other node's blocks via that node's address.
 package agent
 
 import (

@@ -42,6 +42,8 @@ type Options struct {
 	LogLevel string
 	// Probe asks a running agent at Socket whether it is ready and exits.
 	Probe bool
+	// Routes is the route mode's settings.
+	Routes RouteOptions
 }
 
 // ParseFlags reads the agent's flags from args, each of which may also be
@@ -57,8 +59,13 @@ func ParseFlags(args []string, stderr io.Writer, getenv func(string) string) (Op
 	fs.StringVar(&o.Socket, "socket", DefaultSocket, "unix socket to serve the plugin on (mode 0600; its directory is created 0700)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.Probe, "probe", false, "ask the agent at --socket whether it is ready, exit 0 if so and 1 if not (for an exec readiness probe)")
+	var nodeAddrs []string
+	fs.BoolVar(&o.Routes.Enabled, "routes", false, "program kernel routes (protocol 201) to every other node's blocks via that node's address (host-gateway routing)")
+	fs.DurationVar(&o.Routes.Resync, "routes-resync", DefaultRoutesResync, "how often --routes re-reads the blocks' claims (Node changes apply at once)")
+	fs.StringVar(&o.Routes.Config, "routes-config", "", "CNI network config whose datastore --routes reads (default: the kubernetes datastore with the agent's credentials)")
+	fs.StringArrayVar(&nodeAddrs, "node-address", nil, "NODE=ADDR: the address --routes routes NODE's blocks via, instead of its Node's InternalIP of that family (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "ipkeeper-agent answers the ipkeeper plugin's pod-aware lookups (pod, namespace, node)\nfrom informer caches over a unix socket.\n\nFlags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, "ipkeeper-agent answers the ipkeeper plugin's pod-aware lookups (pod, namespace, node)\nfrom informer caches over a unix socket; with --routes it also routes the other\nnodes' blocks via their addresses.\n\nFlags:\n%s", fs.FlagUsages())
 	}
 	if err := flagenv.Set(fs, envPrefix, getenv); err != nil {
 		return o, err
@@ -83,6 +90,13 @@ func ParseFlags(args []string, stderr io.Writer, getenv func(string) string) (Op
 	}
 	if o.Socket == "" {
 		return o, errors.New("--socket is empty")
+	}
+	if o.Routes.Resync <= 0 {
+		return o, fmt.Errorf("--routes-resync %v: want a positive duration", o.Routes.Resync)
+	}
+	var err error
+	if o.Routes.Addresses, err = parseNodeAddresses(nodeAddrs); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -146,6 +160,11 @@ func Run(ctx context.Context, o Options, stderr io.Writer) error {
 	defer cancel()
 	a.Start(ctx)
 	defer a.Shutdown()
+	if o.Routes.Enabled {
+		if err := runRoutes(ctx, o.Routes, o.NodeName, cfg, client, log); err != nil {
+			return fmt.Errorf("--routes: %w", err)
+		}
+	}
 	go func() {
 		start := time.Now()
 		for !a.Ready() {

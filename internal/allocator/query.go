@@ -197,34 +197,3 @@ func (a *Allocator) ReleaseHandles(ctx context.Context, drop func(ipam.Handle) b
 	}
 	return out, nil
 }
-
-// HasFree reports whether the node could get an address from the pool: a
-// free address in a block it may use, or an unclaimed block with room.
-func (a *Allocator) HasFree(ctx context.Context, pool ipam.Pool, node string) (bool, error) {
-	blocks, err := a.Blocks(ctx, pool.Name)
-	if err != nil {
-		return false, err
-	}
-	taken := make(map[netip.Prefix]bool, len(blocks))
-	for _, b := range blocks {
-		taken[b.CIDR] = true
-		if (!pool.StrictAffinity || b.Node == node) && b.FreeCount(pool) > 0 {
-			return true, nil
-		}
-	}
-	claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Pool: pool.Name})
-	if err != nil {
-		return false, err
-	}
-	for _, c := range claims {
-		taken[c.CIDR] = true
-	}
-	first, last := pool.BlockSpan()
-	budget := uint64(len(claims)) + 1<<16
-	for i := first; i <= last && i-first < budget; i++ {
-		if cidr := pool.BlockAt(i); !taken[cidr] && pool.HasRoom(cidr) {
-			return true, nil
-		}
-	}
-	return false, nil
-}

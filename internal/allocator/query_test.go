@@ -59,25 +59,5 @@ func TestReleaseAddrAndQueries(t *testing.T) {
 		if n := len(storetest.Holders(t, s)); n != 0 {
 			t.Fatalf("%d addresses still held", n)
 		}
-		for _, p := range []ipam.Pool{v4Pool, v6Pool} {
-			if free, err := a.HasFree(ctx, p, "node-c"); err != nil || !free {
-				t.Fatalf("HasFree(%s) = %v, %v", p.Name, free, err)
-			}
-		}
-	})
-}
-
-func TestHasFreeFullPool(t *testing.T) {
-	tiny := ipam.Pool{Name: "tiny", CIDR: netip.MustParsePrefix("fd00:5::/126"), BlockSize: 126}
-	storeBackends(t, func(t *testing.T, s store.Store) {
-		a := newAllocator(t, s, tiny)
-		for _, c := range []string{"a", "b", "c"} {
-			if _, err := a.Allocate(t.Context(), podRequest("node-a", c, "tiny")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if free, err := a.HasFree(t.Context(), tiny, "node-b"); err != nil || free {
-			t.Fatalf("HasFree on a full pool = %v, %v", free, err)
-		}
 	})
 }

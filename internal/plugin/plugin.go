@@ -356,8 +356,14 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	})
 }
 
-// Status fails when the datastore is unusable or a range set has no pool
-// with a free address for this node.
+// Status fails when the datastore or the node's agent cannot be used, or
+// the config cannot: what keeps every ADD from working. A full pool does
+// not fail it: the kubelet treats a failing STATUS as the node's network
+// not being ready, stops syncing every pod that needs the network —
+// tearing down a dead sandbox included, whose DEL would free its address
+// — and marks the Node not Ready, so the node's pods may be evicted. An
+// ADD on a full pool fails on its own with code 100, naming the pool,
+// and the controller's metrics and alerts see exhaustion coming.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	p = p.withConfig(args.StdinData)
 	if ok, err := p.forward("STATUS", args); ok {
@@ -377,37 +383,20 @@ func statusError(err error) *types.Error {
 	return e
 }
 
-// status checks that every range set has a pool with room on this node.
-// Pools a config defines but nobody created yet count as empty.
+// status checks that the datastore answers and that every range set of
+// the config names pools it can read (a pool the config defines but nobody
+// created yet is created on the first ADD).
 func status(ctx context.Context, s *session) error {
 	sets, _, err := s.rangeSets(ctx)
 	if err != nil {
 		return err
 	}
-	for i, set := range sets {
-		ok := false
+	for _, set := range sets {
 		for _, want := range set {
-			pool, err := s.alloc.Pool(ctx, want.Name)
-			switch {
-			case err == nil:
-			case isNotFound(err) && len(s.conf.Pools) == 0:
-				pool = want // created on first ADD, empty until then
-			default:
+			_, err := s.alloc.Pool(ctx, want.Name)
+			if err != nil && !(isNotFound(err) && len(s.conf.Pools) == 0) {
 				return err
 			}
-			if pool.Disabled || pool.Deleting {
-				continue
-			}
-			if ok, err = s.alloc.HasFree(ctx, pool, s.conf.NodeName); err != nil {
-				return err
-			}
-			if ok {
-				break
-			}
-		}
-		if !ok {
-			return fmt.Errorf("%w: range set %d (%s) has no free address for node %q",
-				allocator.ErrExhausted, i, strings.Join(set.Names(), ", "), s.conf.NodeName)
 		}
 	}
 	return nil

@@ -112,9 +112,11 @@ func TestExhaustionAndStatus(t *testing.T) {
 			if h.dump() != before {
 				t.Fatal("failed ADD changed the store")
 			}
-			err = h.p.Status(h.args("", stdin))
-			if err == nil || cniCode(t, err) != CodeNotAvailable || !strings.Contains(err.Error(), "no free address") {
-				t.Fatalf("STATUS on a full pool = %v, want code 50 saying no free address", err)
+			// A full pool is the ADD's failure, not the node's: a failing
+			// STATUS would make the kubelet stop tearing down the dead
+			// sandboxes whose DELs free addresses.
+			if err := h.p.Status(h.args("", stdin)); err != nil {
+				t.Fatalf("STATUS on a full pool = %v, want success", err)
 			}
 			if err := h.p.Del(h.args("c0", stdin)); err != nil {
 				t.Fatal(err)

@@ -13,9 +13,11 @@ import (
 
 // TestExhaustionThroughKubelet fills a range of four addresses with six
 // pods: four run, the other two stay ContainerCreating with ipkeeper's
-// "pool exhausted" in their events (as the kubelet reports the failed
-// sandbox), and they start — with the addresses of the pods deleted to
-// make room — once two of the running pods are deleted.
+// "pool exhausted" in their events (their sandboxes' ADDs fail with code
+// 100, which the kubelet reports in FailedCreatePodSandBox events; the
+// node's network stays ready: STATUS does not fail for a full pool), and
+// they start — with the addresses of the pods deleted to make room — once
+// two of the running pods are deleted.
 func TestExhaustionThroughKubelet(t *testing.T) {
 	n := startNode(t, nodeOptions{leakGrace: 10 * time.Minute, ranges: fourAddresses})
 	ns := n.newNamespace(t, nil)
@@ -32,6 +34,12 @@ func TestExhaustionThroughKubelet(t *testing.T) {
 			}
 			return false, fmt.Sprint(msgs)
 		})
+	}
+	if ok, msg := n.networkReady(t); !ok {
+		t.Errorf("the runtime reports NetworkReady false on the full range (%s), want ready", msg)
+	}
+	if !n.podHasEvent(t, ns, extra[0], "FailedCreatePodSandBox") {
+		t.Errorf("pod %s: no FailedCreatePodSandBox event; events: %v", extra[0], n.podEvents(t, ns, extra[0]))
 	}
 	pods := n.pods(t, ns)
 	for _, name := range extra {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -131,9 +132,12 @@ func (p *proxy) Restore(t *testing.T) {
 }
 
 // listenIn listens on addr inside the network namespace at nsPath ("" is
-// the test's own). The socket keeps its namespace; the thread that
-// entered the namespace is never unlocked, so the Go runtime ends it
-// instead of reusing it elsewhere.
+// the test's own). The socket keeps its namespace. The thread that
+// enters the namespace goes back to its own before it is unlocked: a
+// thread that ends takes with it the children it started with a parent
+// death signal (kubetest's API server, when it was started from that
+// thread). Only when it cannot go back does it stay locked, and the Go
+// runtime ends it instead of reusing it elsewhere.
 func listenIn(nsPath, addr string) (net.Listener, error) {
 	if nsPath == "" {
 		return net.Listen("tcp", addr)
@@ -145,19 +149,38 @@ func listenIn(nsPath, addr string) (net.Listener, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		f, err := os.Open(nsPath)
-		if err != nil {
-			ch <- result{err: err}
-			return
+		ln, back, err := listenInLocked(nsPath, addr)
+		if back {
+			runtime.UnlockOSThread()
 		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: errors.Join(errors.New("setns"), err)}
-			return
-		}
-		ln, err := net.Listen("tcp", addr)
 		ch <- result{ln, err}
 	}()
 	r := <-ch
 	return r.ln, r.err
+}
+
+// listenInLocked is listenIn on a locked thread; back says whether the
+// thread is in its own network namespace again.
+func listenInLocked(nsPath, addr string) (ln net.Listener, back bool, err error) {
+	own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		return nil, true, err
+	}
+	defer own.Close()
+	f, err := os.Open(nsPath)
+	if err != nil {
+		return nil, true, err
+	}
+	defer f.Close()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, true, errors.Join(errors.New("setns"), err)
+	}
+	ln, err = net.Listen("tcp", addr)
+	if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, false, errors.Join(errors.New("setns back"), rerr)
+	}
+	return ln, true, err
 }

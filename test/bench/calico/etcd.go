@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
@@ -21,74 +18,27 @@ const quota = 8 << 30
 
 // server is the one embedded etcd both sides write to.
 type server struct {
-	e   *embed.Etcd
-	dir string
+	es  *etcdtest.Server
 	ep  string
 	cli *clientv3.Client
 }
 
 func startEtcd() (*server, error) {
-	dir, err := os.MkdirTemp("", "calico-bench-etcd-")
+	es, err := etcdtest.StartWith("", etcdtest.Options{QuotaBackendBytes: quota})
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range 5 { // a port picked free may be taken by the time etcd binds it
-		s, err := startEtcdIn(dir)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-		_ = os.RemoveAll(dir + "/member")
-	}
-	_ = os.RemoveAll(dir)
-	return nil, lastErr
-}
-
-func startEtcdIn(dir string) (*server, error) {
-	cport, err := etcdtest.FreePort()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{es.Endpoint}, DialTimeout: 5 * time.Second})
 	if err != nil {
+		es.Close()
 		return nil, err
 	}
-	pport, err := etcdtest.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = "calico-bench"
-	cfg.Dir = dir
-	cfg.LogLevel = "fatal"
-	cfg.QuotaBackendBytes = quota
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cport))
-	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pport))
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(20 * time.Second):
-		e.Close()
-		return nil, fmt.Errorf("embedded etcd not ready after 20s")
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
-	return &server{e: e, dir: dir, ep: cu.String(), cli: cli}, nil
+	return &server{es: es, ep: es.Endpoint, cli: cli}, nil
 }
 
 func (s *server) close() {
 	_ = s.cli.Close()
-	s.e.Close()
-	_ = os.RemoveAll(s.dir)
+	s.es.Close()
 }
 
 // version is the etcd server's version.

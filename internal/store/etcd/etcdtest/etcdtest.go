@@ -43,10 +43,24 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// Options are what a server may be started with beyond the defaults.
+type Options struct {
+	// TLS, when set, makes the client listener TLS.
+	TLS *TLS
+	// QuotaBackendBytes, when positive, replaces etcd's database quota
+	// (2 GiB).
+	QuotaBackendBytes int64
+}
+
 // Start starts a single-member etcd in dir (a fresh directory is made
 // under os.TempDir when dir is ""), with an optional TLS client listener.
 // It returns once the server serves requests.
 func Start(dir string, tlsc *TLS) (*Server, error) {
+	return StartWith(dir, Options{TLS: tlsc})
+}
+
+// StartWith is Start with options.
+func StartWith(dir string, o Options) (*Server, error) {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "etcdtest-")
 		if err != nil {
@@ -56,7 +70,7 @@ func Start(dir string, tlsc *TLS) (*Server, error) {
 	}
 	var lastErr error
 	for range 5 { // a port picked free may be taken by the time etcd binds it
-		s, err := start(dir, tlsc)
+		s, err := start(dir, o)
 		if err == nil {
 			return s, nil
 		}
@@ -66,7 +80,8 @@ func Start(dir string, tlsc *TLS) (*Server, error) {
 	return nil, lastErr
 }
 
-func start(dir string, tlsc *TLS) (*Server, error) {
+func start(dir string, o Options) (*Server, error) {
+	tlsc := o.TLS
 	cport, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -79,6 +94,9 @@ func start(dir string, tlsc *TLS) (*Server, error) {
 	cfg.Name = "etcdtest"
 	cfg.Dir = dir
 	cfg.LogLevel = "fatal"
+	if o.QuotaBackendBytes > 0 {
+		cfg.QuotaBackendBytes = o.QuotaBackendBytes
+	}
 	scheme := "http"
 	if tlsc != nil {
 		scheme = "https"
