@@ -185,19 +185,6 @@ func rawKeys(t *testing.T, ds config.Datastore) map[string]int64 {
 	return out
 }
 
-// sameIPs reports whether two lists hold the same addresses.
-func sameIPs(x, y []ipam.HandleIP) bool {
-	addrs := func(ips []ipam.HandleIP) []netip.Addr {
-		var out []netip.Addr
-		for _, ip := range ips {
-			out = append(out, ip.Addr)
-		}
-		slices.SortFunc(out, netip.Addr.Compare)
-		return out
-	}
-	return slices.Equal(addrs(x), addrs(y))
-}
-
 // A store written by the first layout's allocator is migrated by the first
 // Open: the allocator finds every handle, borrowed addresses
 // included; a second Open changes nothing (every key at the same
@@ -220,7 +207,7 @@ func TestOpenMigratesFirstLayout(t *testing.T) {
 			a := allocator.New(s, nil)
 			for id, h := range want {
 				got, ok, err := a.Handle(ctx, h.node, id)
-				if err != nil || !ok || !sameIPs(got.IPs, h.ips) {
+				if err != nil || !ok || !ipam.SameAddrs(got.IPs, h.ips) {
 					t.Errorf("Handle(%s, %s) = %v, %v, %v; want %v", h.node, id, got.IPs, ok, err, h.ips)
 				}
 			}
@@ -301,7 +288,7 @@ func TestOpenConcurrentMigration(t *testing.T) {
 	defer s.Close()
 	a := allocator.New(s, nil)
 	for id, h := range want {
-		if got, ok, err := a.Handle(ctx, h.node, id); err != nil || !ok || !sameIPs(got.IPs, h.ips) {
+		if got, ok, err := a.Handle(ctx, h.node, id); err != nil || !ok || !ipam.SameAddrs(got.IPs, h.ips) {
 			t.Errorf("Handle(%s, %s) = %v, %v, %v; want %v", h.node, id, got.IPs, ok, err, h.ips)
 		}
 	}

@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -126,4 +127,21 @@ func unescapePart(s string) (string, bool) {
 		i += 2
 	}
 	return b.String(), true
+}
+
+// SameAddrs reports whether two lists of a handle's addresses hold the
+// same addresses, in any order.
+func SameAddrs(x, y []HandleIP) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	sorted := func(ips []HandleIP) []netip.Addr {
+		out := make([]netip.Addr, len(ips))
+		for i, ip := range ips {
+			out[i] = ip.Addr
+		}
+		slices.SortFunc(out, netip.Addr.Compare)
+		return out
+	}
+	return slices.Equal(sorted(x), sorted(y))
 }

@@ -1,6 +1,7 @@
 package ipam_test
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -84,4 +85,25 @@ func FuzzHandleID(f *testing.F) {
 			t.Fatalf("ParseHandleID(%q) = %q, %q, %q, %v; want %+v", ida, n, c, i, ok, a)
 		}
 	})
+}
+
+func TestSameAddrs(t *testing.T) {
+	ip := func(s string) ipam.HandleIP { return ipam.HandleIP{Addr: netip.MustParseAddr(s)} }
+	v4, v6, other := ip("10.0.0.5"), ip("fd00::5"), ip("10.0.0.6")
+	for _, tc := range []struct {
+		name string
+		x, y []ipam.HandleIP
+		want bool
+	}{
+		{"both empty", nil, nil, true},
+		{"same order", []ipam.HandleIP{v4, v6}, []ipam.HandleIP{v4, v6}, true},
+		{"other order", []ipam.HandleIP{v4, v6}, []ipam.HandleIP{v6, v4}, true},
+		{"one more", []ipam.HandleIP{v4}, []ipam.HandleIP{v4, v6}, false},
+		{"another IPv4 address", []ipam.HandleIP{v4, v6}, []ipam.HandleIP{other, v6}, false},
+		{"IPv6 only vs IPv4 only", []ipam.HandleIP{v6}, []ipam.HandleIP{v4}, false},
+	} {
+		if got := ipam.SameAddrs(tc.x, tc.y); got != tc.want {
+			t.Errorf("%s: SameAddrs = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

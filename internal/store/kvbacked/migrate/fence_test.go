@@ -180,7 +180,7 @@ func TestMigrateFencesEarlierPlugin(t *testing.T) {
 			typed := allocator.New(s, nil)
 			for _, o := range live {
 				h, ok, err := typed.Handle(ctx, o.node, o.id())
-				if err != nil || !ok || !sameAddrs(h.IPs, o.ips) {
+				if err != nil || !ok || !ipam.SameAddrs(h.IPs, o.ips) {
 					t.Errorf("converted handle %s on %s: %v, %v, %v; want %v", o.id(), o.node, h.IPs, ok, err, o.ips)
 				}
 			}

@@ -117,7 +117,7 @@ func checkMigrated(t *testing.T, kvs kv.Store, want firstState) {
 	for _, h := range want.Handles {
 		node := cmp.Or(h.Node, store.UnaffineNode)
 		got, ok, err := a.Handle(ctx, node, h.ID)
-		if err != nil || !ok || !sameAddrs(got.IPs, want.handleIPs(h.ID)) {
+		if err != nil || !ok || !ipam.SameAddrs(got.IPs, want.handleIPs(h.ID)) {
 			t.Errorf("Allocator.Handle(%s, %s) = %v, %v, %v; want %v", node, h.ID, got.IPs, ok, err, want.handleIPs(h.ID))
 		}
 	}
@@ -173,19 +173,6 @@ func checkLoans(t *testing.T, nodes []store.Node) {
 	}
 }
 
-// sameAddrs reports whether two lists hold the same addresses.
-func sameAddrs(x, y []ipam.HandleIP) bool {
-	addrs := func(ips []ipam.HandleIP) []netip.Addr {
-		var out []netip.Addr
-		for _, ip := range ips {
-			out = append(out, ip.Addr)
-		}
-		slices.SortFunc(out, netip.Addr.Compare)
-		return out
-	}
-	return slices.Equal(addrs(x), addrs(y))
-}
-
 // The checked-in first-layout stores (the bbolt file, the etcd dump)
 // migrate with every handle, address and block the same through the typed
 // store, the pools fenced; a second run changes nothing; the migrated
@@ -234,7 +221,7 @@ func releaseBorrowed(t *testing.T, s store.Store, want firstState) {
 	} {
 		id := ipam.HandleID("net", c.container, "eth0")
 		freed, err := a.Release(ctx, c.node, id)
-		if err != nil || len(freed) == 0 || !sameAddrs(want.handleIPs(id), ipsOf(freed)) {
+		if err != nil || len(freed) == 0 || !ipam.SameAddrs(want.handleIPs(id), ipsOf(freed)) {
 			t.Errorf("Release(%s, %s) = %v, %v; want %v", c.node, id, freed, err, want.handleIPs(id))
 		}
 		nodes, err := s.ListNodes(ctx, store.NodeSelector{})
