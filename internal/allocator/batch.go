@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -89,39 +90,56 @@ func (a *Allocator) allocateAlone(ctx context.Context, req Request) (ipam.Handle
 }
 
 // commitTogether computes the allocations of batch that the node's known
-// object has room for, in order, and writes the object once with all of
-// them (ctx is the caller's, whose allocation is in batch). It returns the
-// allocations it did not commit, to run alone.
+// object has room for, in order, and writes the object with them: all in
+// one write when they fit the store's limits, else in several
+// (takeFitting), each holding whole allocations (ctx is the caller's,
+// whose allocation is in batch). It returns the allocations it did not
+// commit, to run alone: those that need more than the known object, and
+// after a failed write those that write and later ones were to hold.
 func (a *Allocator) commitTogether(ctx context.Context, q *allocQueue, batch []*pendingAlloc) []*pendingAlloc {
 	node := batch[0].req.Handle.Node
 	cur, ok := a.lastKnown(node)
 	if !ok {
 		return batch
 	}
-	var alone, taken []*pendingAlloc
-	var handles []ipam.Handle
-	for _, p := range batch {
-		next, h, ok := a.takeFromKnown(p, cur)
-		if !ok {
-			alone = append(alone, p)
-			continue
+	handles := make([]ipam.Handle, len(batch))
+	edits := make([]nodeEdit, len(batch))
+	for i, p := range batch {
+		edits[i] = func(n store.Node) (store.Node, error) {
+			next, h, ok := a.takeFromKnown(p, n)
+			if !ok {
+				return n, errAlone
+			}
+			handles[i] = h
+			return next, nil
 		}
-		cur = next
-		taken = append(taken, p)
-		handles = append(handles, h)
 	}
-	if len(taken) == 0 {
-		return alone
-	}
-	if _, err := a.writeNode(ctx, cur); err != nil {
-		// Nothing of taken was written: each runs alone, reading first.
-		return append(taken, alone...)
-	}
-	for i, p := range taken {
-		q.finish(p, handles[i], nil)
+	errs := make([]error, len(batch))
+	var alone []*pendingAlloc
+	for from := 0; from < len(batch); {
+		next, k, changed := a.takeFitting(cur, edits[from:], errs[from:])
+		if changed {
+			out, err := a.writeNode(ctx, next)
+			if err != nil {
+				// Nothing of this write was made: each runs alone, reading first.
+				return append(alone, batch[from:]...)
+			}
+			cur = out
+		}
+		for i := from; i < from+k; i++ {
+			if errs[i] != nil {
+				alone = append(alone, batch[i])
+			} else {
+				q.finish(batch[i], handles[i], nil)
+			}
+		}
+		from += k
 	}
 	return alone
 }
+
+// errAlone is takeFromKnown's refusal: the allocation runs alone.
+var errAlone = errors.New("allocation needs more than the known node object")
 
 // takeFromKnown computes p's allocation on n from n's own blocks alone,
 // as allocateOnce's common case does: the first usable pool of every set

@@ -255,46 +255,59 @@ func (a *Allocator) TakeOver(ctx context.Context, req Request, old Observed) (ip
 }
 
 // FreeNodeBlocks frees the blocks of a node that is gone: each empty block
-// leaves the node's object, then its claim is deleted (so that a crash in
-// between leaves a claim that the next call, or check, finds); an object
-// left with nothing is deleted. Blocks that hold addresses are kept,
-// with their claims, until those are released. Claims of the node whose
-// block its object does not hold are deleted too (Dropped). Only call it
-// for a node that is gone.
+// leaves the node's object (as many in one write as the store's limits
+// allow), then its claim is deleted (so that a crash in between leaves a
+// claim that the next call, or check, finds); an object left with
+// nothing is deleted. Blocks that hold addresses are kept, with their
+// claims, until those are released. Claims of the node whose block its
+// object does not hold are deleted too (Dropped). Only call it for a node
+// that is gone.
 func (a *Allocator) FreeNodeBlocks(ctx context.Context, node string) (NodeCleanup, error) {
 	var out NodeCleanup
 	if err := store.ValidName("node", node); err != nil {
 		return out, fmt.Errorf("free node blocks: %w", err)
 	}
-	err := a.retry(ctx, "free blocks of node "+node, func() error {
-		out = NodeCleanup{}
-		own, err := a.readNode(ctx, node)
+	own, err := a.readNode(ctx, node)
+	if err != nil {
+		return out, err
+	}
+	var empty []NodeBlock
+	var edits []nodeEdit
+	for _, b := range own.Blocks {
+		nb := NodeBlock{Pool: b.Pool, Block: b.CIDR}
+		if b.InUse() > 0 {
+			out.Kept = append(out.Kept, nb)
+			continue
+		}
+		empty = append(empty, nb)
+		edits = append(edits, func(n store.Node) (store.Node, error) {
+			return nodealloc.RemoveBlock(n, store.BlockRef{Pool: nb.Pool, CIDR: nb.Block})
+		})
+	}
+	errs, err := a.writeEdits(ctx, "free blocks of node "+node, node, edits)
+	for i, e := range errs {
+		switch {
+		case e == nil:
+			out.Freed = append(out.Freed, empty[i])
+		case errors.Is(e, nodealloc.ErrTaken):
+			out.Kept = append(out.Kept, empty[i]) // allocated since the read
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	err = a.retry(ctx, "free claims of node "+node, func() error {
+		out.Dropped = nil
+		cur, err := a.readNode(ctx, node)
 		if err != nil {
 			return err
-		}
-		next := own
-		for _, b := range own.Blocks {
-			nb := NodeBlock{Pool: b.Pool, Block: b.CIDR}
-			if b.InUse() > 0 {
-				out.Kept = append(out.Kept, nb)
-				continue
-			}
-			if next, err = nodealloc.RemoveBlock(next, store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}); err != nil {
-				return err
-			}
-			out.Freed = append(out.Freed, nb)
-		}
-		if len(out.Freed) > 0 {
-			if _, err := a.writeNode(ctx, next); err != nil {
-				return err
-			}
 		}
 		claims, err := a.store.ListClaims(ctx, store.ClaimSelector{Node: node})
 		if err != nil {
 			return err
 		}
 		for _, c := range claims {
-			if _, held := next.Block(c.BlockRef); held {
+			if _, held := cur.Block(c.BlockRef); held {
 				continue
 			}
 			if err := a.deleteClaim(ctx, c); err != nil && !errors.Is(err, store.ErrNotFound) {

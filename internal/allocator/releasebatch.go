@@ -19,10 +19,11 @@ type ReleaseOutcome struct {
 // ReleaseObservedAll releases the observed handles as ReleaseObserved
 // does — each guarded by its records as observed, a changed one failing
 // with ErrHandleChanged and left untouched — but the handles whose
-// addresses all sit in their own node's object are released together,
-// one write of that object for all of them. The write is tried first on
-// the object as this allocator last saw it (the read Observe made),
-// so a node's leaks usually cost one request in all; a conflict rereads.
+// addresses all sit in their own node's object are released together:
+// as many of them in one write of that object as the store's limits
+// allow, whole handles in each write. The first write is tried on the
+// object as this allocator last saw it (the read Observe made), so a
+// node's leaks usually cost one request per write; a conflict rereads.
 // Handles with borrowed parts or no records are released one by one.
 // The outcomes are in the order of obs.
 func (a *Allocator) ReleaseObservedAll(ctx context.Context, obs []Observed) []ReleaseOutcome {
@@ -46,63 +47,35 @@ func (a *Allocator) ReleaseObservedAll(ctx context.Context, obs []Observed) []Re
 		for j, i := range idx {
 			recs[j] = obs[i].Parts[0].Record
 		}
-		res, err := a.releaseRecords(ctx, node, recs)
+		res := a.releaseRecords(ctx, node, recs)
 		for j, i := range idx {
-			if err != nil {
-				out[i].Err = err
-				continue
-			}
 			out[i] = res[j]
 		}
 	}
 	return out
 }
 
-// releaseRecords releases records of node's own object in one write,
-// each only while it is as observed. An error means nothing was written.
-func (a *Allocator) releaseRecords(ctx context.Context, node string, recs []ipam.Handle) ([]ReleaseOutcome, error) {
-	var res []ReleaseOutcome
-	err := a.retry(ctx, fmt.Sprintf("release %d handles of node %s", len(recs), node), func() error {
-		n, known := a.lastKnown(node)
-		if !known {
-			var err error
-			if n, err = a.readNode(ctx, node); err != nil {
-				return err
-			}
-		}
-		var next store.Node
-		var changed bool
-		res, next, changed = releaseEach(n, recs)
-		if !changed && known {
-			// Judged on a remembered object: judge again on a read.
-			var err error
-			if n, err = a.readNode(ctx, node); err != nil {
-				return err
-			}
-			res, next, changed = releaseEach(n, recs)
-		}
-		if !changed {
-			return nil
-		}
-		_, err := a.writeNode(ctx, next)
-		return err
-	})
-	return res, err
-}
-
-// releaseEach releases from n each record that is as observed, and says
-// why the others were not.
-func releaseEach(n store.Node, recs []ipam.Handle) (res []ReleaseOutcome, next store.Node, changed bool) {
-	res = make([]ReleaseOutcome, len(recs))
-	next = n
+// releaseRecords releases records of node's own object, each only while
+// it is as observed, in as few writes as the store's limits allow
+// (writeEdits): each write releases whole handles. An error means the
+// handles it was returned for were not released.
+func (a *Allocator) releaseRecords(ctx context.Context, node string, recs []ipam.Handle) []ReleaseOutcome {
+	res := make([]ReleaseOutcome, len(recs))
+	edits := make([]nodeEdit, len(recs))
 	for j, rec := range recs {
-		c, ips, err := releaseObservedRecord(next, rec, true)
-		if err != nil {
-			res[j].Err = err
-			continue
+		edits[j] = func(n store.Node) (store.Node, error) {
+			next, ips, err := releaseObservedRecord(n, rec, true)
+			if err == nil {
+				res[j].Freed = addrs(ips)
+			}
+			return next, err
 		}
-		next, changed = c, true
-		res[j].Freed = addrs(ips)
 	}
-	return res, next, changed
+	errs, _ := a.writeEdits(ctx, fmt.Sprintf("release %d handles of node %s", len(recs), node), node, edits)
+	for j, err := range errs {
+		if err != nil {
+			res[j] = ReleaseOutcome{Err: err}
+		}
+	}
+	return res
 }

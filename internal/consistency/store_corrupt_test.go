@@ -9,6 +9,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
 )
 
 // namer is the typed store with NodeNames, as a backend offering
@@ -22,7 +23,11 @@ func (n namer) NodeNames(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, e := range es {
-		out = append(out, strings.TrimPrefix(e.Key, "nodes/"))
+		// nodes/<node>/<part>
+		name, _, _ := strings.Cut(strings.TrimPrefix(e.Key, "nodes/"), "/")
+		if len(out) == 0 || out[len(out)-1] != name {
+			out = append(out, name)
+		}
 	}
 	return out, nil
 }
@@ -40,7 +45,9 @@ func TestCheckStoreCorruptObjects(t *testing.T) {
 				// no record. n2: an orphan claim (repairable only when every
 				// object can be read). nhidden: undecodable, named by nothing.
 				mustClaim(t, s, blockAt(p, 0), "nbad")
-				putRaw(t, s, "nodes/nbad", `{"blocks":[{"pool":"`+p.Name+`","cidr":"`+blockAt(p, 0).CIDR.String()+`","free":"0-3,2"}],"handles":[]}`)
+				kvbackedtest.PutRawNode(t, s.KV(), "nbad", kvbackedtest.RawNode{Head: `{}`, Blocks: map[store.BlockRef]string{
+					blockAt(p, 0): `{"pool":"` + p.Name + `","cidr":"` + blockAt(p, 0).CIDR.String() + `","free":"0-3,2"}`,
+				}})
 				other := tp6
 				if p.Name == tp6.Name {
 					other = tp4
@@ -50,7 +57,7 @@ func TestCheckStoreCorruptObjects(t *testing.T) {
 				n1.Loans = []store.Loan{{Handle: handle("n1", "c1").ID, Lender: "n3"}}
 				mustCreateNode(t, s, n1)
 				mustClaim(t, s, blockAt(p, 1), "n2")
-				putRaw(t, s, "nodes/nhidden", `not json`)
+				kvbackedtest.PutRawNode(t, s.KV(), "nhidden", kvbackedtest.RawNode{Head: `not json`})
 
 				r := mustCheck(t, s)
 				wantKinds(t, "check", r.Problems, "corrupt-value!", "corrupt-value!", "loan-without-record", "claim-without-block!")

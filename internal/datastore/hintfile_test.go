@@ -421,11 +421,11 @@ func TestHintLayoutChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, err := kvs.Get(t.Context(), "meta/layout", "nodes/node-a")
-	if err != nil || es[0].Version == 0 {
-		t.Fatalf("layout marker %+v, %v", es, err)
+	es, err := kvs.Get(t.Context(), "meta/layout", kvbacked.NodeHeadKey("node-a"))
+	if err != nil || es[0].Version == 0 || es[1].Version == 0 {
+		t.Fatalf("layout marker and node-a's head %+v, %v", es, err)
 	}
-	if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: "meta/layout", Value: []byte("3")}}); err != nil {
+	if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: "meta/layout", Value: []byte("4")}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = kvs.Close()
@@ -441,7 +441,7 @@ func TestHintLayoutChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kvs.Close()
-	after, err := kvs.Get(t.Context(), "nodes/node-a")
+	after, err := kvs.Get(t.Context(), kvbacked.NodeHeadKey("node-a"))
 	if err != nil || after[0].Version != es[1].Version {
 		t.Fatalf("node object at version %d after the refused ADD, was %d (%v)", after[0].Version, es[1].Version, err)
 	}

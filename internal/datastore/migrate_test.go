@@ -21,6 +21,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
@@ -358,7 +359,10 @@ func TestOpenEmpty(t *testing.T) {
 				t.Fatalf("node object written before the marker, after the second open: %+v, %v", n, err)
 			}
 			st.Close()
-			if keys := rawKeys(t, ds); keys["meta/layout"] == 0 || len(keys) != 6 {
+			// The marker, the pool, the claim and its index, the node's
+			// head and block.
+			keys := rawKeys(t, ds)
+			if keys["meta/layout"] == 0 || keys[kvbacked.NodeHeadKey("node-a")] == 0 || keys[kvbacked.NodeBlockKey("node-a", store.BlockRef{Pool: osV4.Name, CIDR: blk.CIDR})] == 0 || len(keys) != 7 {
 				t.Fatalf("a store of typed objects is only marked: %v", keys)
 			}
 		})

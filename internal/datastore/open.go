@@ -64,10 +64,12 @@ type Options struct {
 //
 // local and etcd: the backend's kv.Store (local.Open: the file lock, path
 // checks and fsync are the local package's; etcd.Open) as kvbacked's
-// typed store. A store without the layout marker is migrated before it is
-// returned (migrate.Ensure: the first layout converted, or only the
-// marker written, for an empty store or objects stored before markers),
-// so nothing uses the typed objects of an unconverted store. Every open
+// typed store. A store without the layout marker, or with the marker of
+// the layout that kept node objects whole, is migrated before it is
+// returned (migrate.EnsureRead: the first layout converted, or only the
+// marker written, for an empty store or objects stored before markers;
+// whole node objects split into parts), so nothing uses the typed
+// objects of an unconverted store. Every open
 // pays one read of the marker (one Get: one round trip on etcd), which
 // also reads opts.Warm's objects; only an unmarked store pays more. A
 // plugin open of etcd takes the node lock before it connects.
@@ -164,7 +166,8 @@ func etcdConfig(ds config.Datastore) etcd.Config {
 }
 
 // openTyped returns the typed store on kvs, migrating it first when it
-// has no layout marker (migrate.Ensure), and what it read of w's objects
+// has no layout marker or the marker of the layout before this one
+// (migrate.EnsureRead), and what it read of w's objects
 // with the marker. A marked store costs one Get.
 func openTyped(ctx context.Context, kvs kv.Store, w Warm) (*kvbacked.Store, Warmed, error) {
 	layout, warmed, err := kvbacked.ReadLayoutWarm(ctx, kvs, w)
@@ -174,7 +177,7 @@ func openTyped(ctx context.Context, kvs kv.Store, w Warm) (*kvbacked.Store, Warm
 	if layout == kvbacked.LayoutTyped {
 		return kvbacked.New(kvs), warmed, nil
 	}
-	if err := migrate.Ensure(ctx, kvs); err != nil {
+	if err := migrate.EnsureRead(ctx, kvs, layout); err != nil {
 		return nil, Warmed{}, fmt.Errorf("datastore: %w", err)
 	}
 	return kvbacked.New(kvs), Warmed{}, nil

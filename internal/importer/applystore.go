@@ -1,7 +1,6 @@
 package importer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,11 +28,13 @@ const storeAttempts = 20
 // reports everything present and writes nothing;
 // anything that disagrees with stored state — a pool of the same name with
 // another CIDR or block size, a pool of another name overlapping, a block
-// claimed by another node, an imported address held by someone else or
-// free in a stored block, a handle holding other addresses — fails the
-// whole import with ErrConflict before anything is written, and so does
-// invalid input (ErrInvalidSource) or a node object too large for the
-// store. With dryRun nothing is written.
+// claimed by another node, an imported address held by someone else, a
+// handle holding other addresses — fails the whole import with
+// ErrConflict before anything is written, and so does invalid input
+// (ErrInvalidSource) or a node object the store cannot take. An imported
+// address free in a stored block whose handle has no record there is
+// what an import cut short leaves: the import takes it. With dryRun
+// nothing is written.
 //
 // Node objects are merged by compare-and-swap, so the import may run while
 // pods are being allocated: an object written meanwhile is read again and
@@ -47,7 +48,8 @@ const storeAttempts = 20
 //     record yet, which name their handle and node (an ADD retry or DEL
 //     of the handle drops them, as after an allocation that stopped
 //     between its writes).
-//  3. per node object, in name order: its claims, then the object. A
+//  3. per node object, in name order: its claims, then the object, in
+//     as many writes as the store's write limits need (mergeInto). A
 //     crash between leaves claims naming the node whose object lacks
 //     their blocks; until the rerun, that node's next ADD adopts such a
 //     claim as an empty block and could hand out an imported address
@@ -157,7 +159,7 @@ func readStoreState(ctx context.Context, s store.Store, plan *Plan, asm nodeallo
 		if err != nil {
 			return nil, err
 		}
-		merged, _, conflicts := mergeNode(have, imp)
+		merged, steps, conflicts := mergeNode(have, imp)
 		st.conflicts = append(st.conflicts, conflicts...)
 		for _, b := range imp.Blocks {
 			ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
@@ -165,11 +167,7 @@ func readStoreState(ctx context.Context, s store.Store, plan *Plan, asm nodeallo
 			st.blockPresent[ref] = held && st.claimPresent[ref]
 		}
 		if len(conflicts) == 0 {
-			data, err := store.MarshalNode(merged)
-			if err != nil {
-				return nil, err
-			}
-			if err := s.Limits().Fits("node object "+imp.Name, len(data)); err != nil {
+			if err := fitsStore(s.Limits(), have, merged, steps); err != nil {
 				return nil, fmt.Errorf("import: %w", err)
 			}
 		}
@@ -252,52 +250,6 @@ func storedHandle(get func(string) (store.Node, error), node, id string) ([]ipam
 	return ips, found, nil
 }
 
-// mergeNode returns have with what imp holds added: its blocks (a block
-// have holds must give every imported address to the same handle), its
-// records (a record have holds must hold the same addresses) and its
-// loans. changed is false when have holds all of it.
-func mergeNode(have, imp store.Node) (merged store.Node, changed bool, conflicts []string) {
-	merged = nodealloc.Clone(have)
-	merged.Name = imp.Name
-	for _, b := range imp.Blocks {
-		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
-		hb, ok := have.Block(ref)
-		if !ok {
-			merged.Blocks = append(merged.Blocks, nodealloc.Clone(store.Node{Blocks: []ipam.Block{b}}).Blocks[0])
-			changed = true
-			continue
-		}
-		for _, a := range b.Allocations() {
-			if got := hb.Owner(a.Addr); got != a.Handle {
-				conflicts = append(conflicts, fmt.Sprintf("%s is held by %s in ipkeeper, by %s in the import", a.Addr, cmp.Or(got, "nobody"), a.Handle))
-			}
-		}
-	}
-	for _, r := range imp.Handles {
-		hr, ok := have.Handle(r.ID)
-		switch {
-		case !ok:
-			r.IPs = slices.Clone(r.IPs)
-			merged.Handles = append(merged.Handles, r)
-			changed = true
-		case !sameIPs(hr.IPs, r.IPs):
-			conflicts = append(conflicts, fmt.Sprintf("handle %s exists with addresses %s in node object %s; the import gives it %s there", r.ID, ipList(hr.IPs), imp.Name, ipList(r.IPs)))
-		}
-	}
-	for _, l := range imp.Loans {
-		if !slices.Contains(have.Loans, l) {
-			merged.Loans = append(merged.Loans, l)
-			changed = true
-		}
-	}
-	if len(conflicts) == 0 && changed {
-		if err := merged.Validate(); err != nil {
-			conflicts = append(conflicts, fmt.Sprintf("node object %s cannot take the import: %v", imp.Name, err))
-		}
-	}
-	return merged, changed, conflicts
-}
-
 // writeStore writes what the store lacks, in the order ApplyStore
 // documents.
 func writeStore(ctx context.Context, s store.Store, plan *Plan, asm nodealloc.Assembly, st *storeState) error {
@@ -342,38 +294,4 @@ func writeStore(ctx context.Context, s store.Store, plan *Plan, asm nodealloc.As
 		}
 	}
 	return nil
-}
-
-// mergeInto merges imp into the stored object of its name by
-// compare-and-swap, reading it again when it changed meanwhile.
-func mergeInto(ctx context.Context, s store.Store, imp store.Node) error {
-	for range storeAttempts {
-		have, err := s.GetNode(ctx, imp.Name)
-		if errors.Is(err, store.ErrNotFound) {
-			have, err = store.Node{Name: imp.Name}, nil
-		}
-		if err != nil {
-			return err
-		}
-		merged, changed, conflicts := mergeNode(have, imp)
-		if len(conflicts) > 0 {
-			return fmt.Errorf("%w: the datastore changed while importing: %w", ErrConflict, conflictError(conflicts))
-		}
-		if !changed {
-			return nil
-		}
-		if have.Version == "" {
-			_, err = s.CreateNode(ctx, merged)
-		} else {
-			_, err = s.UpdateNode(ctx, merged)
-		}
-		if errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			continue // written meanwhile: merge again
-		}
-		if err != nil {
-			return fmt.Errorf("write node object %s: %w", imp.Name, err)
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: node object %s kept changing during the import", store.ErrConflict, imp.Name)
 }

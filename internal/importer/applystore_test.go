@@ -3,6 +3,7 @@ package importer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -342,25 +343,30 @@ func TestApplyStoreHandleElsewhere(t *testing.T) {
 	})
 }
 
-// limitStore is a store that takes smaller objects.
+// limitStore is a store with other limits.
 type limitStore struct {
 	store.Store
-	max int
+	lim store.Limits
 }
 
-func (l limitStore) Limits() store.Limits { return store.Limits{MaxObjectBytes: l.max} }
+func (l limitStore) Limits() store.Limits { return l.lim }
 
-// TestApplyStoreTooLarge: a node object the store cannot take fails the
+// TestApplyStoreTooLarge: a node object the store cannot take — over the
+// size of one object, or a block that does not fit one write — fails the
 // import before anything is written.
 func TestApplyStoreTooLarge(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *env) {
-		before := e.dump(t)
-		_, err := importer.ApplyStore(context.Background(), limitStore{e.typed, 512}, calicoPlan(t), false)
-		if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), calicoNode) {
-			t.Fatalf("err = %v, want ErrTooLarge naming %s", err, calicoNode)
-		}
-		if e.dump(t) != before {
-			t.Fatal("a refused import wrote")
-		}
-	})
+	for _, lim := range []store.Limits{{MaxNodeBytes: 512}, {MaxWriteParts: 1}} {
+		t.Run(fmt.Sprintf("%+v", lim), func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *env) {
+				before := e.dump(t)
+				_, err := importer.ApplyStore(context.Background(), limitStore{e.typed, lim}, calicoPlan(t), false)
+				if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), calicoNode) {
+					t.Fatalf("err = %v, want ErrTooLarge naming %s", err, calicoNode)
+				}
+				if e.dump(t) != before {
+					t.Fatal("a refused import wrote")
+				}
+			})
+		})
+	}
 }

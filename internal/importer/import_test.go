@@ -230,8 +230,12 @@ func TestConflictsWriteNothing(t *testing.T) {
 			if _, err := e.apply(ctx, calicoPlan(t), false); err != nil {
 				t.Fatal(err)
 			}
-			e.freeAddr(t, netip.MustParseAddr("100.112.209.150"))
-		}, "100.112.209.150 is held by nobody"},
+			a := netip.MustParseAddr("100.112.209.150")
+			e.freeAddr(t, a)
+			if _, err := e.allocate(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.other.eth0", Node: node}, Sets: [][]string{{"calico-100.112.209.128-26"}}, Want: []netip.Addr{a}}); err != nil {
+				t.Fatal(err)
+			}
+		}, "100.112.209.150 is held by net.other.eth0"},
 		{"handle with other addresses", func(t *testing.T, e *env) {
 			e.otherHandle(t, node, "k8s-pod-network.884e11ced699fe17a493ffd59f18c97fd090fd8150411a11643a280a8250c510.eth0")
 		}, "handle k8s-pod-network.884e11ced699fe17a493ffd59f18c97fd090fd8150411a11643a280a8250c510.eth0 exists with addresses"},

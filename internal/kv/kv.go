@@ -77,3 +77,13 @@ func TxnRevision(ctx context.Context, s Store, conds []Cond, ops []Op) (int64, e
 	}
 	return 0, s.Txn(ctx, conds, ops)
 }
+
+// PrefixGetter is implemented by stores that can read some keys and every
+// key under a prefix in one consistent read, so that a caller needs one
+// request (one round trip to a server) for an object kept as a prefix of
+// keys and the keys it reads with it.
+type PrefixGetter interface {
+	// GetWithPrefix returns what Get(keys...) and List(prefix) would,
+	// both read at one revision: no write falls between the two.
+	GetWithPrefix(ctx context.Context, keys []string, prefix string) (entries, under []KeyValue, err error)
+}

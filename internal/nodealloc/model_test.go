@@ -110,7 +110,7 @@ func runModel(t *testing.T, seed uint64) {
 		return ids[rng.IntN(len(ids))], true
 	}
 	for step := range 400 {
-		before := nodealloc.Clone(n)
+		before := deepNode(n)
 		p := pools[rng.IntN(2)]
 		var after store.Node
 		var err error
@@ -216,7 +216,7 @@ func runModel(t *testing.T, seed uint64) {
 		if err != nil && after.Name == "" {
 			after = n
 		}
-		if !reflect.DeepEqual(nodealloc.Clone(n), before) {
+		if !reflect.DeepEqual(deepNode(n), before) {
 			t.Fatalf("step %d changed the object it was given", step)
 		}
 		n = after
@@ -268,4 +268,12 @@ func check(t *testing.T, step int, n store.Node, m *model) {
 			t.Fatalf("step %d: block %s queue\n got  %v\n want %v", step, ref, q, m.queues[ref])
 		}
 	}
+}
+
+// deepNode copies n down to its blocks' queues and owners and its
+// records' addresses, so that a change made in place to any of them shows.
+func deepNode(n store.Node) store.Node {
+	c := n
+	c.Blocks, c.Handles, c.Loans = deepCopy(n.Blocks), deepCopyHandles(n.Handles), slices.Clone(n.Loans)
+	return c
 }

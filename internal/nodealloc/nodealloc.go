@@ -30,20 +30,15 @@ var (
 	ErrChanged = errors.New("handle record changed since it was observed")
 )
 
-// Clone returns a deep copy of n that can be changed without touching n.
+// Clone returns a copy of n whose lists can be changed — elements
+// replaced, added, removed — without touching n. The blocks and records
+// themselves are shared: everything in this package replaces a block or
+// a record (ipam.Block's methods return changed copies) and never changes
+// one in place, so a copy costs the lists, not their contents.
 func Clone(n store.Node) store.Node {
 	c := n
-	c.Blocks = make([]ipam.Block, len(n.Blocks))
-	for i, b := range n.Blocks {
-		b.Free = slices.Clone(b.Free)
-		b.Owners = maps.Clone(b.Owners)
-		c.Blocks[i] = b
-	}
-	c.Handles = make([]ipam.Handle, len(n.Handles))
-	for i, h := range n.Handles {
-		h.IPs = slices.Clone(h.IPs)
-		c.Handles[i] = h
-	}
+	c.Blocks = slices.Clone(n.Blocks)
+	c.Handles = slices.Clone(n.Handles)
 	c.Loans = slices.Clone(n.Loans)
 	return c
 }
@@ -170,7 +165,7 @@ func ReleaseAddr(n store.Node, id string, addr netip.Addr) (store.Node, error) {
 		panic(fmt.Sprintf("nodealloc: release %s of %q: %v", addr, id, err))
 	}
 	c.Blocks[j] = b
-	c.Handles[i].IPs = slices.Delete(c.Handles[i].IPs, k, k+1)
+	c.Handles[i].IPs = slices.Delete(slices.Clone(c.Handles[i].IPs), k, k+1)
 	if len(c.Handles[i].IPs) == 0 {
 		c.Handles = slices.Delete(c.Handles, i, i+1)
 	}
@@ -224,6 +219,7 @@ func Rename(n store.Node, observed ipam.Handle, next ipam.Handle) (store.Node, e
 	for _, ip := range next.IPs {
 		b := &c.Blocks[blockIndex(c, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})]
 		ord, _ := b.Ordinal(ip.Addr)
+		b.Owners = maps.Clone(b.Owners)
 		b.Owners[ord] = next.ID
 	}
 	return c, nil
@@ -233,7 +229,7 @@ func Rename(n store.Node, observed ipam.Handle, next ipam.Handle) (store.Node, e
 // the record from h when c has none.
 func withIP(c store.Node, h ipam.Handle, ip ipam.HandleIP) store.Node {
 	if i := slices.IndexFunc(c.Handles, func(r ipam.Handle) bool { return r.ID == h.ID }); i >= 0 {
-		c.Handles[i].IPs = append(c.Handles[i].IPs, ip)
+		c.Handles[i].IPs = append(slices.Clip(c.Handles[i].IPs), ip)
 		return c
 	}
 	h.IPs = []ipam.HandleIP{ip}

@@ -9,6 +9,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/consistency"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 )
 
@@ -28,7 +29,7 @@ func TestCorruptNodeObjectIs999(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Txn(ctx, nil, []kv.Op{{Key: "nodes/node-a", Value: []byte("not a node object")}})
+	err = s.Txn(ctx, nil, []kv.Op{{Key: kvbacked.NodeHeadKey("node-a"), Value: []byte("not a node object")}})
 	s.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -79,13 +79,7 @@ func EncodeNode(n Node) (NodeSpec, error) {
 		spec.Blocks[i] = BlockSpec{Pool: b.Pool, CIDR: b.CIDR, Free: FormatQueue(b.Free)}
 	}
 	for i, h := range n.Handles {
-		hs := HandleSpec{ID: h.ID, NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Created: h.Created}
-		if nw, c, ifn, ok := ipam.ParseHandleID(h.ID); !ok || nw != h.Network || c != h.ContainerID || ifn != h.IfName {
-			hs.Attachment = &[3]string{h.Network, h.ContainerID, h.IfName}
-		}
-		if h.Node != n.Name {
-			hs.Node = h.Node
-		}
+		hs := encodeAttributes(h, n.Name)
 		start := len(addrs)
 		for _, ip := range h.IPs {
 			addrs = append(addrs, AddrSpec{Addr: ip.Addr, Pool: ip.Pool})
@@ -97,6 +91,28 @@ func EncodeNode(n Node) (NodeSpec, error) {
 		spec.Loans = append(spec.Loans, LoanSpec(l))
 	}
 	return spec, nil
+}
+
+// EncodeHandle returns the stored form of record h of node object node.
+func EncodeHandle(h ipam.Handle, node string) HandleSpec {
+	hs := encodeAttributes(h, node)
+	hs.IPs = make([]AddrSpec, len(h.IPs))
+	for i, ip := range h.IPs {
+		hs.IPs[i] = AddrSpec{Addr: ip.Addr, Pool: ip.Pool}
+	}
+	return hs
+}
+
+// encodeAttributes is EncodeHandle without the addresses.
+func encodeAttributes(h ipam.Handle, node string) HandleSpec {
+	hs := HandleSpec{ID: h.ID, NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Created: h.Created}
+	if nw, c, ifn, ok := ipam.ParseHandleID(h.ID); !ok || nw != h.Network || c != h.ContainerID || ifn != h.IfName {
+		hs.Attachment = &[3]string{h.Network, h.ContainerID, h.IfName}
+	}
+	if h.Node != node {
+		hs.Node = h.Node
+	}
+	return hs
 }
 
 // MarshalNode is EncodeNode as JSON.

@@ -86,8 +86,11 @@ type Node struct {
 	// knows every object its handles are in: an ADD retry or a DEL reads
 	// another object only when a loan names it.
 	Loans []Loan
-	// Version is the stored state's version.
+	// Version is the stored state's version: for a node object stored in
+	// parts, their composite (CompositeVersion).
 	Version Version
+	// stored is the state this copy was read or written with (AsStored).
+	stored *stored
 }
 
 // Loan names the lender holding an address of one of the node's handles.

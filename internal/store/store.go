@@ -37,8 +37,8 @@ var (
 	// (connection refused, timeouts, a lock not taken in time). The plugin
 	// maps it to CNI error 11 (try again later).
 	ErrUnavailable = errors.New("datastore unavailable")
-	// ErrTooLarge: the encoded object exceeds Limits.MaxObjectBytes.
-	// Nothing was sent.
+	// ErrTooLarge: the encoded object, or one write of a node object,
+	// exceeds the backend's Limits. Nothing was written.
 	ErrTooLarge = errors.New("object too large for the datastore")
 	// ErrInvalid: the object cannot be stored as given (a name the
 	// backend cannot hold, a node object whose blocks and handles
@@ -61,11 +61,25 @@ var (
 // empty Version means "not stored".
 type Version string
 
-// Limits says how big an object a backend stores.
+// Limits says how big an object, and how big one write of a node object,
+// a backend stores. Zero means no limit of that kind.
 type Limits struct {
-	// MaxObjectBytes bounds an object's encoding (EncodeNode for node
-	// objects). Zero means no limit.
+	// MaxObjectBytes bounds the encoding of an object the backend stores
+	// as one value: a pool's.
 	MaxObjectBytes int
+	// MaxNodeBytes bounds a node object's encoding (EncodeNode) where the
+	// backend stores it as one object; zero where it stores a node in
+	// parts (its head, one part per block and per handle record), so that
+	// a node object has no size limit and one write of it is bounded
+	// instead (MaxWriteParts, MaxWriteBytes).
+	MaxNodeBytes int
+	// MaxWriteParts bounds the parts one write of a node object puts or
+	// deletes: its head, each block and handle record it changes and,
+	// for each other node a changed record belongs to, an index entry.
+	MaxWriteParts int
+	// MaxWriteBytes bounds the bytes one write of a node object carries:
+	// the names and encodings of the parts it puts or deletes.
+	MaxWriteBytes int
 }
 
 // Store is a datastore of pools, block claims and node objects.
@@ -125,7 +139,7 @@ type Store interface {
 }
 
 // Fits reports an error wrapping ErrTooLarge when an encoding of n bytes
-// of what exceeds l.
+// of what exceeds l.MaxObjectBytes.
 func (l Limits) Fits(what string, n int) error {
 	if l.MaxObjectBytes > 0 && n > l.MaxObjectBytes {
 		return &tooLarge{what: what, size: n, max: l.MaxObjectBytes}

@@ -62,14 +62,15 @@ type perm struct {
 // when its pools are its own (ranges or pod CIDRs no other node
 // allocates from, so it never borrows): read the layout marker, read and
 // write its own pool's definition, the claims of its pool's blocks, its
-// claims index and its node object. README "Security" lists the same.
+// claims index and the parts of its node object. README "Security" lists
+// the same.
 func nodeRole(node, pool string) []perm {
 	return []perm{
 		{key: "meta/", prefix: true},
 		{key: "pools2/" + pool, write: true},
 		{key: "claims/" + pool + "/", prefix: true, write: true},
 		{key: "nodeclaims/" + node + "/", prefix: true, write: true},
-		{key: "nodes/" + node, write: true},
+		{key: "nodes/" + node + "/", prefix: true, write: true},
 	}
 }
 
@@ -249,19 +250,19 @@ func TestPerNodeRole(t *testing.T) {
 		what string
 		op   clientv3.Op
 	}{
-		{"put node-b's object", clientv3.OpPut(etcdPrefix+"/nodes/node-b", "{}")},
-		{"delete node-b's object", clientv3.OpDelete(etcdPrefix + "/nodes/node-b")},
+		{"put node-b's object", clientv3.OpPut(etcdPrefix+"/nodes/node-b/head", "{}")},
+		{"delete node-b's object", clientv3.OpDelete(etcdPrefix+"/nodes/node-b/", clientv3.WithPrefix())},
 		{"delete node-b's claim", clientv3.OpDelete(string(claims.Kvs[0].Key))},
 		{"put a claim of node-b's pool", clientv3.OpPut(etcdPrefix+"/claims/"+poolB+"/10.81.2.192-26", "{}")},
 		{"put into node-b's claims index", clientv3.OpPut(etcdPrefix+"/nodeclaims/node-b/x", "{}")},
 		{"redefine node-b's pool", clientv3.OpPut(etcdPrefix+"/pools2/"+poolB, "{}")},
-		{"read node-b's object", clientv3.OpGet(etcdPrefix + "/nodes/node-b")},
+		{"read node-b's object", clientv3.OpGet(etcdPrefix+"/nodes/node-b/", clientv3.WithPrefix())},
 	} {
 		if _, err := cli.Do(ctx, w.op); err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("node-a's certificate: %s: %v, want permission denied", w.what, err)
 		}
 	}
-	if _, err := cli.Do(ctx, clientv3.OpPut(etcdPrefix+"/nodes/node-a-x", "{}")); err == nil {
-		t.Error("node-a's certificate wrote nodes/node-a-x: the role's node key is a prefix, not the key")
+	if _, err := cli.Do(ctx, clientv3.OpPut(etcdPrefix+"/nodes/node-a-x/head", "{}")); err == nil {
+		t.Error("node-a's certificate wrote nodes/node-a-x/head: the role's node prefix must end in /")
 	}
 }

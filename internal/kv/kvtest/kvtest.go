@@ -48,6 +48,8 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ListStrictPrefix", testListStrictPrefix},
 		{"ListSortedBytewise", testListSorted},
 		{"ListManyKeys", testListManyKeys},
+		{"GetWithPrefix", testGetWithPrefix},
+		{"GetWithPrefixOneRevision", testGetWithPrefixOneRevision},
 		{"TxnManyOps", testTxnManyOps},
 		{"TxnRevision", testTxnRevision},
 		{"ConcurrentIncrements", testConcurrentIncrements},

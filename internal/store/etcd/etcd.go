@@ -24,7 +24,9 @@
 // compares check the mod_revision of every condition's key (0: absent).
 // Get of several keys is one transaction of range requests (split into
 // chunks read at one pinned revision when there are many), and List is a
-// paginated range read at one revision, so both are consistent snapshots.
+// paginated range read at one revision, so both are consistent snapshots;
+// GetWithPrefix sends the first page of a prefix's range in the
+// transaction of the keys, read at its revision.
 //
 // Failures to reach a member fail over to the next endpoint and are retried
 // with jittered backoff until the request timeout; what remains wraps
@@ -186,7 +188,7 @@ func (s *Store) get(ctx context.Context, serial bool, keys []string) ([]kv.KeyVa
 		return out, nil
 	}
 	for attempt := 0; ; attempt++ {
-		err := s.getAt(ctx, serial, keys, out)
+		_, err := s.getAt(ctx, serial, keys, out, nil)
 		if errors.Is(err, errCompacted) && attempt < 3 {
 			continue
 		}
@@ -194,38 +196,80 @@ func (s *Store) get(ctx context.Context, serial bool, keys []string) ([]kv.KeyVa
 	}
 }
 
-func (s *Store) getAt(ctx context.Context, serial bool, keys []string, out []kv.KeyValue) error {
+var _ kv.PrefixGetter = (*Store)(nil)
+
+// GetWithPrefix implements kv.PrefixGetter: one transaction reads the
+// range of the prefix with the keys (more transactions and range requests
+// read at its revision when there are many keys, or many under the
+// prefix).
+func (s *Store) GetWithPrefix(ctx context.Context, keys []string, prefix string) (entries, under []kv.KeyValue, err error) {
+	entries = make([]kv.KeyValue, len(keys))
+	for attempt := 0; ; attempt++ {
+		under, err = s.getAt(ctx, s.serial, keys, entries, &prefix)
+		if errors.Is(err, errCompacted) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return entries, under, nil
+	}
+}
+
+// getAt reads keys into out at one revision, in transactions of range
+// requests. With prefix set, the first transaction also reads the range
+// of every key under *prefix, which getAt returns (its further pages, if
+// any, read at the same revision).
+func (s *Store) getAt(ctx context.Context, serial bool, keys []string, out []kv.KeyValue, prefix *string) ([]kv.KeyValue, error) {
 	var rev int64
-	for start := 0; start < len(keys); start += maxOpsPerTxn {
-		chunk := keys[start:min(start+maxOpsPerTxn, len(keys))]
-		req := txnRequest{Success: make([]requestOp, len(chunk))}
-		for i, k := range chunk {
-			req.Success[i] = requestOp{RequestRange: &rangeRequest{Key: s.full(k), Revision: rev, Serializable: serial}}
+	var under *rangeResponse
+	for start := 0; start == 0 || start < len(keys); {
+		var ops []requestOp
+		if start == 0 && prefix != nil {
+			full := s.full(*prefix)
+			ops = append(ops, requestOp{RequestRange: &rangeRequest{Key: full, RangeEnd: prefixEnd(full), Limit: pageSize, Serializable: serial}})
+		}
+		chunk := keys[start:min(start+maxOpsPerTxn-len(ops), len(keys))]
+		first := len(ops)
+		for _, k := range chunk {
+			ops = append(ops, requestOp{RequestRange: &rangeRequest{Key: s.full(k), Revision: rev, Serializable: serial}})
 		}
 		var resp txnResponse
-		if err := s.c.call(ctx, methodTxn, req, &resp); err != nil {
-			return readErr(err)
+		if err := s.c.call(ctx, methodTxn, txnRequest{Success: ops}, &resp); err != nil {
+			return nil, readErr(err)
 		}
-		if len(resp.Responses) != len(chunk) {
-			return fmt.Errorf("etcd: %d answers to %d reads", len(resp.Responses), len(chunk))
+		if len(resp.Responses) != len(ops) {
+			return nil, fmt.Errorf("etcd: %d answers to %d reads", len(resp.Responses), len(ops))
 		}
 		if rev == 0 {
 			rev = resp.Revision
 		}
+		if first == 1 {
+			if under = resp.Responses[0].ResponseRange; under == nil {
+				under = &rangeResponse{}
+			}
+		}
 		for i, k := range chunk {
 			out[start+i] = kv.KeyValue{Key: k}
-			rr := resp.Responses[i].ResponseRange
+			rr := resp.Responses[first+i].ResponseRange
 			if rr == nil || len(rr.KVs) == 0 {
 				continue
 			}
 			e, err := entry(k, rr.KVs[0])
 			if err != nil {
-				return err
+				return nil, err
 			}
 			out[start+i] = e
 		}
+		start += len(chunk)
+		if start == 0 {
+			break // no keys: the prefix's range alone
+		}
 	}
-	return nil
+	if prefix == nil {
+		return nil, nil
+	}
+	return s.pages(ctx, serial, s.full(*prefix), rev, *under)
 }
 
 // readErr drops the may-have-been-sent detail, which only matters to writes.
@@ -251,19 +295,22 @@ func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 
 func (s *Store) list(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
 	full := s.full(prefix)
+	req := rangeRequest{Key: full, RangeEnd: prefixEnd(full), Limit: pageSize, Serializable: s.serial}
+	var resp rangeResponse
+	if err := s.c.call(ctx, methodRange, req, &resp); err != nil {
+		return nil, readErr(err)
+	}
+	return s.pages(ctx, s.serial, full, resp.Revision, resp)
+}
+
+// pages returns the entries under full (a prefix with the store's), from
+// first, the first page of their range read at revision rev, and the
+// pages after it, read at rev too.
+func (s *Store) pages(ctx context.Context, serial bool, full string, rev int64, first rangeResponse) ([]kv.KeyValue, error) {
 	end := prefixEnd(full)
-	key := full
-	var rev int64
+	resp := first
 	var out []kv.KeyValue
 	for {
-		req := rangeRequest{Key: key, RangeEnd: end, Limit: pageSize, Revision: rev, Serializable: s.serial}
-		var resp rangeResponse
-		if err := s.c.call(ctx, methodRange, req, &resp); err != nil {
-			return nil, readErr(err)
-		}
-		if rev == 0 {
-			rev = resp.Revision
-		}
 		for _, e := range resp.KVs {
 			if !strings.HasPrefix(string(e.Key), full) {
 				return nil, errors.New("etcd: range returned a key outside the prefix")
@@ -277,7 +324,12 @@ func (s *Store) list(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 		if !resp.More || len(resp.KVs) == 0 {
 			break
 		}
-		key = string(resp.KVs[len(resp.KVs)-1].Key) + "\x00"
+		key := string(resp.KVs[len(resp.KVs)-1].Key) + "\x00"
+		req := rangeRequest{Key: key, RangeEnd: end, Limit: pageSize, Revision: rev, Serializable: serial}
+		resp = rangeResponse{}
+		if err := s.c.call(ctx, methodRange, req, &resp); err != nil {
+			return nil, readErr(err)
+		}
 	}
 	// etcd sorts bytewise already; keep the contract explicit.
 	if !sort.SliceIsSorted(out, func(i, j int) bool { return out[i].Key < out[j].Key }) {

@@ -170,8 +170,11 @@ var codecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(s)
 }()
 
-// Limits returns MaxObjectBytes.
-func (s *Store) Limits() store.Limits { return store.Limits{MaxObjectBytes: MaxObjectBytes} }
+// Limits returns MaxObjectBytes, for pools and for node objects: a node
+// object is one IPAMNode, written whole.
+func (s *Store) Limits() store.Limits {
+	return store.Limits{MaxObjectBytes: MaxObjectBytes, MaxNodeBytes: MaxObjectBytes}
+}
 
 // Close releases idle connections.
 func (s *Store) Close() error {

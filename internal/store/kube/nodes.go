@@ -27,7 +27,7 @@ type nodeWire struct {
 func wireOf(name string, spec store.NodeSpec) nodeWire {
 	w := nodeWire{Node: name, Blocks: spec.Blocks, Records: make([]string, len(spec.Handles)), Loans: spec.Loans}
 	for i := range spec.Handles {
-		w.Records[i] = formatRecord(&spec.Handles[i])
+		w.Records[i] = store.FormatRecord(&spec.Handles[i])
 	}
 	return w
 }
@@ -36,12 +36,12 @@ func wireOf(name string, spec store.NodeSpec) nodeWire {
 func (w *nodeWire) spec() (store.NodeSpec, error) {
 	spec := store.NodeSpec{Blocks: w.Blocks, Handles: w.Handles, Loans: w.Loans}
 	if len(w.Records) > 0 && len(w.Handles) > 0 {
-		return store.NodeSpec{}, fmt.Errorf("%w: both records and handles", errRecord)
+		return store.NodeSpec{}, fmt.Errorf("%w: both records and handles", store.ErrRecord)
 	}
 	if len(w.Records) > 0 {
 		spec.Handles = make([]store.HandleSpec, len(w.Records))
 		for i, r := range w.Records {
-			h, err := parseRecord(r)
+			h, err := store.ParseRecord(r)
 			if err != nil {
 				return store.NodeSpec{}, fmt.Errorf("record %d: %w", i, err)
 			}

@@ -14,9 +14,14 @@
 //	                                   what the first layout wrote under pools/
 //	claims/<pool>/<block>              store.ClaimSpec JSON
 //	nodeclaims/<node>/<pool>/<block>   the same JSON: the claim indexed by node
-//	nodes/<node>                       store.MarshalNode JSON (store.NodeSpec)
+//	nodes/<node>/head                  the node's loans (JSON); put by every write
+//	                                   of the node, so its version is the node's
+//	nodes/<node>/block/<pool>/<block>  store.BlockSpec JSON: one block's free queue
+//	nodes/<node>/record/<id>           store.FormatRecord: one handle's record
 //	lends/<borrower>/<lender>          empty: lender's object may lend to borrower
-//	meta/layout                        "2" once package migrate has run (ReadLayout)
+//	meta/layout                        "3" once package migrate has run (ReadLayout;
+//	                                   "2": node objects whole under nodes/<node>,
+//	                                   split into parts by package migrate)
 //	meta/converted                     the highest version the migration read
 //
 // <block> is the CIDR with its "/" replaced by "-" (10.0.0.64-26,
@@ -40,9 +45,17 @@
 // ListClaims{Node} lists the index alone, ListClaims{Pool} the claims'
 // prefix.
 //
-// A node object's write puts lends/<b>/<node> for every borrower b of the
-// object, in the same transaction, and reads nothing: UpdateNode is one
-// kv transaction, the compare-and-swap of the node key at its version.
+// A node object is read with one list of nodes/<node>/ and written as
+// what changed (store.Changes against the parts it was read with): one kv
+// transaction that compares the head at the node's version, puts the head
+// and the changed blocks and records, and deletes the dropped ones. The
+// bytes of a write are therefore those of what it changed, not of the
+// node. One write holds at most store.Limits' parts and bytes (etcd's
+// transaction limits, which the local file enforces too); callers that
+// change many records of one node split their writes.
+//
+// The same transaction puts lends/<b>/<node> for every borrower b of a
+// changed record, and reads nothing.
 // Entries of borrowers the object no longer lends to are therefore left
 // behind; ListNodes{LendsTo} filters what it lists by the objects' content
 // and deletes such a stale entry in a transaction guarded by the lender
@@ -52,7 +65,7 @@
 // # Versions and errors
 //
 // A Version is the kv version (etcd's mod revision, the local file's
-// revision) of the object's key as a decimal string. Every write returns
+// revision) of the object's key (a node's head) as a decimal string. Every write returns
 // it from kv.TxnRevision; only when the backend cannot tell (etcd after a
 // lost answer) is the key read back. A failed compare-and-swap is told
 // apart (not found, exists, changed) by a read of the key on the failure

@@ -69,11 +69,10 @@ func (s *Store) TakeHint(w Warm) (Warmed, bool) {
 		out.Pools = append(out.Pools, p)
 		conds = append(conds, kv.Cond{Key: poolKey(name), Version: v})
 	}
-	n, err := store.UnmarshalNode(w.Node, h.Value)
+	n, err := hintedNode(w.Node, h.Value, h.Version)
 	if err != nil {
 		return Warmed{}, false
 	}
-	n.Version = h.Version
 	out.Node = n
 	budget := s.lim.MaxOps / 2
 	if budget <= 0 {

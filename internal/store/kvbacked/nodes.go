@@ -2,6 +2,7 @@ package kvbacked
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,106 +12,181 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// GetNode implements store.Store.
+// GetNode implements store.Store: the node's parts, in one read of its
+// prefix.
 func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 	if err := store.ValidName("node", name); err != nil {
 		return store.Node{}, err
 	}
-	e, err := s.get(ctx, fmt.Sprintf("node object %q", name), nodeKey(name))
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			s.observe(name, nil, "", false)
-		}
-		return store.Node{}, err
-	}
-	n, err := decodeNode(name, e)
-	if err == nil {
-		s.observe(name, e.Value, n.Version, false)
-	}
-	return n, err
-}
-
-func decodeNode(name string, e kv.KeyValue) (store.Node, error) {
-	n, err := store.UnmarshalNode(name, e.Value)
+	what := fmt.Sprintf("node object %q", name)
+	es, err := s.list(ctx, what, nodePartsPrefix(name))
 	if err != nil {
 		return store.Node{}, err
 	}
-	n.Version = version(e.Version)
+	n, err := decodeParts(name, es)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.observe(name, nil, "", false)
+		return store.Node{}, fmt.Errorf("%w: %s", store.ErrNotFound, what)
+	case err != nil:
+		return store.Node{}, err
+	}
+	s.observeNode(n, false)
 	return n, nil
 }
 
-// nodeWrite validates n and returns the puts of a write of it: the node
-// key and the lends key of every borrower.
-func (s *Store) nodeWrite(n store.Node) ([]kv.Op, error) {
-	val, err := store.MarshalNode(n)
+// nodeWrite validates n and returns the conditions and operations of a
+// write of it: the head put at n's version (every write of a node puts
+// its head, so the head's version is the object's), the parts that
+// changed against what n was read with put or deleted, and the lends key
+// of every borrower of a changed record. A node object that was not read
+// from this store, or not at n.Version, is written against the parts
+// listed now.
+func (s *Store) nodeWrite(ctx context.Context, n store.Node, create bool) ([]kv.Cond, []kv.Op, error) {
+	if err := store.ValidName("node", n.Name); err != nil {
+		return nil, nil, err
+	}
+	if p, read := n.StoredParts(); read && p.Head != n.Version {
+		// Read at another version than it is written at: what it was
+		// read with is not the state its write replaces, so it is
+		// written whole, against the parts listed now.
+		n = n.Normalized()
+	}
+	head := headKey(n.Name)
+	var conds []kv.Cond
+	if create {
+		conds = []kv.Cond{{Key: head}}
+	} else {
+		v, ok := parseVersion(n.Version)
+		if !ok {
+			return nil, nil, s.casErr(ctx, fmt.Sprintf("update node object %q at version %q", n.Name, n.Version), head, nil)
+		}
+		conds = []kv.Cond{{Key: head, Version: v}}
+	}
+	c, err := store.Changes(n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := s.Limits().Fits(fmt.Sprintf("node object %q", n.Name), len(val)); err != nil {
-		return nil, err
+	headVal, err := json.Marshal(headSpec{Loans: loanSpecs(n.Loans)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: node object %q: %v", store.ErrInvalid, n.Name, err)
 	}
-	ops := []kv.Op{{Key: nodeKey(n.Name), Value: val}}
-	for _, b := range n.LendsTo() {
-		ops = append(ops, kv.Op{Key: lendsKey(b, n.Name), Value: []byte{}})
+	ops := []kv.Op{{Key: head, Value: headVal}}
+	if _, read := n.StoredParts(); !read && !create {
+		// Not read from this store: every part it does not hold goes.
+		es, err := s.list(ctx, fmt.Sprintf("node object %q", n.Name), nodePartsPrefix(n.Name))
+		if err != nil {
+			return nil, nil, err
+		}
+		keep := map[string]bool{head: true}
+		for _, b := range n.Blocks {
+			keep[blockPartKey(n.Name, store.BlockRef{Pool: b.Pool, CIDR: b.CIDR})] = true
+		}
+		for _, h := range n.Handles {
+			keep[recordKey(n.Name, h.ID)] = true
+		}
+		for _, e := range es {
+			if !keep[e.Key] {
+				ops = append(ops, kv.Op{Key: e.Key, Delete: true})
+			}
+		}
 	}
-	return ops, nil
+	for _, ref := range c.Removed {
+		ops = append(ops, kv.Op{Key: blockPartKey(n.Name, ref), Delete: true})
+	}
+	for _, ref := range c.Blocks {
+		b, _ := n.Block(ref)
+		val, _ := json.Marshal(store.BlockSpec{Pool: b.Pool, CIDR: b.CIDR, Free: store.FormatQueue(b.Free)})
+		ops = append(ops, kv.Op{Key: blockPartKey(n.Name, ref), Value: val})
+	}
+	for _, id := range c.Dropped {
+		ops = append(ops, kv.Op{Key: recordKey(n.Name, id), Delete: true})
+	}
+	borrowers := map[string]bool{}
+	for _, id := range c.Records {
+		h, _ := n.Handle(id)
+		spec := store.EncodeHandle(h, n.Name)
+		ops = append(ops, kv.Op{Key: recordKey(n.Name, id), Value: []byte(store.FormatRecord(&spec))})
+		if h.Node != n.Name && !borrowers[h.Node] {
+			borrowers[h.Node] = true
+			ops = append(ops, kv.Op{Key: lendsKey(h.Node, n.Name), Value: []byte{}})
+		}
+	}
+	return conds, ops, nil
 }
 
 // CreateNode implements store.Store.
 func (s *Store) CreateNode(ctx context.Context, n store.Node) (store.Node, error) {
-	ops, err := s.nodeWrite(n)
+	n.Version = ""
+	conds, ops, err := s.nodeWrite(ctx, n, true)
 	if err != nil {
 		return store.Node{}, err
 	}
 	what := fmt.Sprintf("create node object %q", n.Name)
-	rev, err := s.txn(ctx, what, []kv.Cond{{Key: ops[0].Key}}, ops)
+	rev, err := s.txn(ctx, what, conds, ops)
 	if err != nil {
 		s.observe(n.Name, nil, "", !failedCond(err))
 		return store.Node{}, createErr(what, err)
 	}
-	n.Version = stored(rev)
-	s.observe(n.Name, ops[0].Value, n.Version, true)
+	n = s.written(n, rev)
+	s.observeNode(n, true)
 	return n, nil
 }
 
-// UpdateNode implements store.Store: one kv transaction comparing the node
-// key's version, putting the node key and its borrowers' lends keys. It
-// reads nothing unless the compare failed.
+// UpdateNode implements store.Store: one kv transaction comparing the
+// node's head at its version and writing what changed. It reads nothing
+// unless the compare failed (or n was not read from this store).
 func (s *Store) UpdateNode(ctx context.Context, n store.Node) (store.Node, error) {
-	ops, err := s.nodeWrite(n)
+	conds, ops, err := s.nodeWrite(ctx, n, false)
 	if err != nil {
 		return store.Node{}, err
 	}
-	key := ops[0].Key
 	what := fmt.Sprintf("update node object %q at version %q", n.Name, n.Version)
-	v, ok := parseVersion(n.Version)
-	if !ok {
-		return store.Node{}, s.casErr(ctx, what, key, nil)
-	}
-	rev, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, ops)
+	rev, err := s.txn(ctx, what, conds, ops)
 	if err != nil {
 		s.observe(n.Name, nil, "", !failedCond(err))
-		return store.Node{}, s.casErr(ctx, what, key, err)
+		return store.Node{}, s.casErr(ctx, what, conds[0].Key, err)
 	}
-	n.Version = stored(rev)
-	s.observe(n.Name, ops[0].Value, n.Version, true)
+	n = s.written(n, rev)
+	s.observeNode(n, true)
 	return n, nil
 }
 
-// DeleteNode implements store.Store. It deletes the lends keys of the
-// borrowers n's records name; others left behind are removed by
-// ListNodes{LendsTo}.
+// written returns n as stored by a write at rev: every part it holds at
+// rev when the backend told the version, else unknown (a later write
+// from it conflicts and reads).
+func (s *Store) written(n store.Node, rev int64) store.Node {
+	v := stored(rev)
+	p := store.Parts{Head: v, Blocks: make(map[store.BlockRef]store.Version, len(n.Blocks))}
+	for _, b := range n.Blocks {
+		p.Blocks[store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}] = v
+	}
+	n = store.AsStored(n, p)
+	n.Version = v
+	return n
+}
+
+// DeleteNode implements store.Store: every part of the node, at its
+// head's version. It deletes the lends keys of the borrowers n's records
+// name; others left behind are removed by ListNodes{LendsTo}.
 func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 	if err := store.ValidName("node", n.Name); err != nil {
 		return err
 	}
-	key := nodeKey(n.Name)
+	key := headKey(n.Name)
 	what := fmt.Sprintf("delete node object %q at version %q", n.Name, n.Version)
 	v, ok := parseVersion(n.Version)
 	if !ok {
 		return s.casErr(ctx, what, key, nil)
 	}
-	ops := []kv.Op{{Key: key, Delete: true}}
+	es, err := s.list(ctx, what, nodePartsPrefix(n.Name))
+	if err != nil {
+		return err
+	}
+	var ops []kv.Op
+	for _, e := range es {
+		ops = append(ops, kv.Op{Key: e.Key, Delete: true})
+	}
 	for _, b := range n.LendsTo() {
 		if store.ValidName("node", b) == nil {
 			ops = append(ops, kv.Op{Key: lendsKey(b, n.Name), Delete: true})
@@ -124,8 +200,9 @@ func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 	return nil
 }
 
-// ListNodes implements store.Store: every node object, or the lenders of
-// sel.LendsTo found by its lends keys and checked by their content.
+// ListNodes implements store.Store: every node object (one read of
+// every node's parts), or the lenders of sel.LendsTo found by its lends
+// keys and checked by their content.
 func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.Node, error) {
 	if sel.LendsTo == "" {
 		es, err := s.list(ctx, "list node objects", nodePrefix)
@@ -133,12 +210,25 @@ func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.
 			return nil, err
 		}
 		var out []store.Node
-		for _, e := range es {
-			n, err := decodeNode(strings.TrimPrefix(e.Key, nodePrefix), e)
+		for len(es) > 0 {
+			if IsMovedNode(es[0]) {
+				es = es[1:] // left by the migration that split the node (MovedNodeValue)
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimPrefix(es[0].Key, nodePrefix), "/")
+			i := 0
+			for i < len(es) && strings.HasPrefix(es[i].Key, nodePartsPrefix(name)) {
+				i++
+			}
+			if i == 0 {
+				return nil, fmt.Errorf("%w: key %s is no part of a node object", store.ErrCorrupt, es[0].Key)
+			}
+			n, err := decodeParts(name, es[:i])
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, n)
+			es = es[i:]
 		}
 		return out, nil
 	}
@@ -151,28 +241,19 @@ func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.
 	if err != nil || len(idx) == 0 {
 		return nil, err
 	}
-	keys := make([]string, len(idx))
-	for i, e := range idx {
-		keys[i] = nodeKey(strings.TrimPrefix(e.Key, lendsPrefix+b+"/"))
-	}
-	es, err := s.kv.Get(ctx, keys...)
-	if err != nil {
-		return nil, mapErr(what, err)
-	}
 	var out []store.Node
-	for i, e := range es {
-		name := strings.TrimPrefix(keys[i], nodePrefix)
-		if e.Version != 0 {
-			n, err := decodeNode(name, e)
-			if err != nil {
-				return nil, err
-			}
-			if slices.Contains(n.LendsTo(), b) {
-				out = append(out, n)
-				continue
-			}
+	for _, e := range idx {
+		lender := strings.TrimPrefix(e.Key, lendsPrefix+b+"/")
+		n, err := s.GetNode(ctx, lender)
+		switch {
+		case err == nil && slices.Contains(n.LendsTo(), b):
+			out = append(out, n)
+			continue
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, err
 		}
-		if err := s.dropLends(ctx, idx[i], e); err != nil {
+		v, _ := parseVersion(n.Version)
+		if err := s.dropLends(ctx, e, kv.KeyValue{Key: headKey(lender), Version: v}); err != nil {
 			return nil, err
 		}
 	}

@@ -28,18 +28,41 @@ const (
 )
 
 // keyReserve is what MaxObjectBytes leaves of a transaction's byte limit
-// for the keys of a node write: the node key twice (compare and put) and
-// the lends/<borrower>/<node> keys of its borrowers (each at most 513
-// bytes; 28 of the longest names fit, hundreds of usual ones). A write
-// whose borrowers' keys need more is refused with store.ErrTooLarge.
+// for the keys and conditions of the write of an object stored as one
+// value.
 const keyReserve = 16 << 10
 
-// maxObjectBytes bounds objects on every kv.Store, also one without a
-// transaction limit (the local file): etcd's default request limit (1.5
-// MiB) less its etcd package's reserve and keyReserve, which is what the
-// Kubernetes API's etcd bounds too. An object one backend accepts then
-// fits the others, so a store can be copied between backends.
+// maxObjectBytes bounds the objects stored as one value (pools) on every
+// kv.Store, also one without a transaction limit (the local file): etcd's
+// default request limit (1.5 MiB) less its etcd package's reserve and
+// keyReserve, which is what the Kubernetes API's etcd bounds too. An
+// object one backend accepts then fits the others, so a store can be
+// copied between backends. A node object is kept in parts and has no
+// bound; one write of it is bounded by portable.
 const maxObjectBytes = 3<<19 - 64<<10 - keyReserve
+
+// portable are the transaction limits of every kv.Store, also of one
+// that sets none (the local file): etcd's defaults, as package etcd
+// reports them (128 operations, 1.5 MiB less its reserve). A write one
+// backend accepts the other accepts too, so that a program behaves the
+// same on both and a store can be copied between them write by write.
+var portable = kv.Limits{MaxOps: 128, MaxValueBytes: 3<<19 - 64<<10, MaxTxnBytes: 3<<19 - 64<<10}
+
+// tighter returns the tighter of each of a's and b's limits.
+func tighter(a, b kv.Limits) kv.Limits {
+	least := func(x, y int) int {
+		if x <= 0 || y > 0 && y < x {
+			return y
+		}
+		return x
+	}
+	return kv.Limits{
+		MaxOps:        least(a.MaxOps, b.MaxOps),
+		MaxKeyBytes:   least(a.MaxKeyBytes, b.MaxKeyBytes),
+		MaxValueBytes: least(a.MaxValueBytes, b.MaxValueBytes),
+		MaxTxnBytes:   least(a.MaxTxnBytes, b.MaxTxnBytes),
+	}
+}
 
 // Store is store.Store on a kv.Store. It is safe for concurrent use when
 // the kv.Store is.
@@ -61,14 +84,8 @@ var _ store.Store = (*Store)(nil)
 // New returns the typed store kept in s. The Store owns s: Close closes it.
 func New(s kv.Store) *Store {
 	_, revs := s.(kv.RevisionTxner)
-	lim := kv.LimitsOf(s)
-	m := maxObjectBytes
-	if lim.MaxValueBytes > 0 {
-		m = min(m, lim.MaxValueBytes)
-	}
-	if lim.MaxTxnBytes > 0 {
-		m = min(m, max(lim.MaxTxnBytes-keyReserve, 1))
-	}
+	lim := tighter(kv.LimitsOf(s), portable)
+	m := min(maxObjectBytes, lim.MaxValueBytes, max(lim.MaxTxnBytes-keyReserve, 1))
 	return &Store{kv: s, revs: revs, lim: lim, max: m}
 }
 
@@ -76,10 +93,14 @@ func New(s kv.Store) *Store {
 // tests; callers of the contract never need keys).
 func (s *Store) KV() kv.Store { return s.kv }
 
-// Limits implements store.Store: an object's encoding must fit one value
-// and one transaction of the kv.Store, less room for its keys, and
-// maxObjectBytes.
-func (s *Store) Limits() store.Limits { return store.Limits{MaxObjectBytes: s.max} }
+// Limits implements store.Store: a pool's encoding must fit one value and
+// one transaction of the kv.Store, less room for its keys, and
+// maxObjectBytes. A node object is kept in parts and has no limit; one
+// write of it is one transaction, bounded as the kv.Store's and etcd's
+// transactions are (portable).
+func (s *Store) Limits() store.Limits {
+	return store.Limits{MaxObjectBytes: s.max, MaxWriteParts: s.lim.MaxOps, MaxWriteBytes: s.lim.MaxTxnBytes}
+}
 
 // Close closes the kv.Store.
 func (s *Store) Close() error { return s.kv.Close() }

@@ -26,7 +26,8 @@ type Warm struct {
 // which report it).
 type Warmed struct {
 	OK bool
-	// Node is the node object; Version "" when there is none.
+	// Node is the node object; Version "" when there is none, Name ""
+	// when it was not read (a store that is not a kv.PrefixGetter).
 	Node store.Node
 	// Pools are those of Warm's pools that exist.
 	Pools []store.Pool
@@ -46,16 +47,22 @@ type Warmed struct {
 }
 
 // ReadLayoutWarm is ReadLayout that reads w's objects in the same Get.
-// Names no object can have are not read. With a usable w.Hint the node
-// object is not read unless the store turns out not to be the hint's (one
-// more Get), and the claims the hint names are read with the rest: those
-// that still name the node are returned.
+// The node object, kept as a prefix of parts, is read with them when s
+// is a kv.PrefixGetter (one request, one revision) and left to the
+// caller otherwise (Warmed.Node without a Name). Names no object can have
+// are not read. With a usable w.Hint the node object is not read unless
+// the store turns out not to be the hint's (the read is made again
+// without the hint), and the claims the hint names are read with the
+// rest: those that still name the node are returned.
 func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, error) {
 	keys := []string{MarkerKey, storeKey}
 	node := w.Node != "" && store.ValidName("node", w.Node) == nil
 	hinted := node && w.Hint.usable(w.Node)
-	if node && !hinted {
-		keys = append(keys, nodeKey(w.Node))
+	pg, prefixed := s.(kv.PrefixGetter)
+	if node && !hinted && !prefixed {
+		// The node object is a prefix of parts, which Get cannot read
+		// with the rest: the opener reads it next.
+		node = false
 	}
 	pools := 0
 	for _, p := range w.Pools {
@@ -73,7 +80,13 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 			}
 		}
 	}
-	es, err := s.Get(ctx, keys...)
+	var es, parts []kv.KeyValue
+	var err error
+	if node && !hinted {
+		es, parts, err = pg.GetWithPrefix(ctx, keys, nodePartsPrefix(w.Node))
+	} else {
+		es, err = s.Get(ctx, keys...)
+	}
 	if err != nil {
 		return LayoutUnmarked, Warmed{}, mapErr("read the layout marker", err)
 	}
@@ -88,34 +101,31 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 	}
 	es = es[2:]
 	if hinted && out.Store != w.Hint.Store {
-		// Not the hint's store: read the object after all (its claims read
-		// are of this store all the same).
-		hinted = false
-		more, err := s.Get(ctx, nodeKey(w.Node))
-		if err != nil {
-			return LayoutUnmarked, Warmed{}, mapErr("read the layout marker", err)
-		}
-		es = append(more, es...)
+		// Not the hint's store: read again, the object too, without it.
+		w.Hint = nil
+		return ReadLayoutWarm(ctx, s, w)
 	}
 	if node {
 		out.Node = store.Node{Name: w.Node}
 		switch {
 		case hinted:
-			n, err := store.UnmarshalNode(w.Node, w.Hint.Value)
+			n, err := hintedNode(w.Node, w.Hint.Value, w.Hint.Version)
 			if err != nil {
 				return layout, Warmed{}, nil
 			}
-			n.Version = w.Hint.Version
 			out.Node, out.Hinted = n, true
 			out.Hint.Version, out.Hint.Value = w.Hint.Version, w.Hint.Value
-		case es[0].Version != 0:
-			if out.Node, err = decodeNode(w.Node, es[0]); err != nil {
+		case len(parts) > 0:
+			n, err := decodeParts(w.Node, parts)
+			if err != nil {
 				return layout, Warmed{}, nil
 			}
-			out.Hint.Version, out.Hint.Value = out.Node.Version, es[0].Value
-			es = es[1:]
-		default:
-			es = es[1:]
+			val, err := store.MarshalNode(n)
+			if err != nil {
+				return layout, Warmed{}, nil
+			}
+			out.Node = n
+			out.Hint.Version, out.Hint.Value = n.Version, val
 		}
 	}
 	for _, e := range es[:pools] {

@@ -69,19 +69,13 @@ type ScannedNode struct {
 // object is reported in its entry, not as the listing's error. Sorted by
 // name.
 func (s *Store) ScanNodes(ctx context.Context, decode func(name string, v store.Version) bool) ([]ScannedNode, error) {
-	es, err := s.list(ctx, "list node objects", nodePrefix)
+	nodes, err := s.ListNodes(ctx, store.NodeSelector{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ScannedNode, 0, len(es))
-	for _, e := range es {
-		name := strings.TrimPrefix(e.Key, nodePrefix)
-		sn := ScannedNode{Name: name, Version: version(e.Version)}
-		if decode(name, sn.Version) {
-			sn.Node, sn.Err = decodeNode(name, e)
-			sn.Decoded = sn.Err == nil
-		}
-		out = append(out, sn)
+	out := make([]ScannedNode, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, ScannedNode{Name: n.Name, Version: n.Version, Node: n, Decoded: decode(n.Name, n.Version)})
 	}
 	return out, nil
 }
@@ -138,7 +132,16 @@ func (s *Store) Watch(ctx context.Context, after int64, fn func(rev int64, evs [
 	}
 	err := w.Watch(ctx, "", after, func(rev int64, kevs []etcd.Event) {
 		evs := make([]Event, 0, len(kevs))
+		nodes := map[string]bool{}
 		for _, ke := range kevs {
+			if name, ok := nodeOfPart(ke.Key); ok {
+				if !nodes[name] {
+					// Where the node first changed in the batch.
+					nodes[name] = true
+					evs = append(evs, s.nodeEvent(ctx, name, ke.Version))
+				}
+				continue
+			}
 			if ev, ok := typedEvent(ke); ok {
 				evs = append(evs, ev)
 			}
@@ -148,6 +151,35 @@ func (s *Store) Watch(ctx context.Context, after int64, fn func(rev int64, evs [
 		}
 	})
 	return err
+}
+
+// nodeOfPart returns the node a key of a node object's part belongs to.
+func nodeOfPart(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, nodePrefix)
+	if !ok {
+		return "", false
+	}
+	name, _, ok := strings.Cut(rest, "/")
+	return name, ok && name != ""
+}
+
+// nodeEvent is the event of node object name, changed at revision rev: a
+// node object is kept in parts, so its new state is read whole (at least
+// as new as rev; the mirror keeps the newest it saw).
+func (s *Store) nodeEvent(ctx context.Context, name string, rev int64) Event {
+	n, err := s.GetNode(ctx, name)
+	ev := Event{Kind: KindNode, Rev: rev, Node: n}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		ev.Deleted, ev.Node = true, store.Node{Name: name}
+	case err != nil:
+		ev.Err, ev.Node = err, store.Node{Name: name, Version: version(rev)}
+	default:
+		if v, ok := parseVersion(n.Version); ok {
+			ev.Rev = v
+		}
+	}
+	return ev
 }
 
 // typedEvent turns a change of one key into the event of its object; ok
@@ -173,13 +205,6 @@ func typedEvent(ke etcd.Event) (Event, bool) {
 			ev.Claim, ev.Err = decodeClaim(e, "")
 		}
 		ev.Claim.BlockRef = ref
-	case strings.HasPrefix(ke.Key, nodePrefix):
-		ev.Kind = KindNode
-		name := strings.TrimPrefix(ke.Key, nodePrefix)
-		if !ke.Delete {
-			ev.Node, ev.Err = decodeNode(name, e)
-		}
-		ev.Node.Name = name
 	default:
 		return Event{}, false
 	}

@@ -69,7 +69,7 @@ func TestWatchTypedEvents(t *testing.T) {
 	if err := s.DeleteClaim(ctx, c6); err != nil {
 		t.Fatal(err)
 	}
-	if err := kvs.Txn(ctx, nil, []kv.Op{{Key: "nodes/node-x", Value: []byte("{not json")}}); err != nil {
+	if err := kvs.Txn(ctx, nil, []kv.Op{{Key: "nodes/node-x/head", Value: []byte("{not json")}}); err != nil {
 		t.Fatal(err)
 	}
 

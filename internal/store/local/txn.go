@@ -28,17 +28,11 @@ func (s *Store) Get(ctx context.Context, keys ...string) ([]kv.KeyValue, error) 
 			return nil, err
 		}
 	}
-	out := make([]kv.KeyValue, len(keys))
+	var out []kv.KeyValue
 	err := s.db.View(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketKV)
-		for i, k := range keys {
-			e, err := decode(k, b.Get([]byte(k)))
-			if err != nil {
-				return err
-			}
-			out[i] = e
-		}
-		return nil
+		var err error
+		out, err = getIn(tx.Bucket(bucketKV), keys)
+		return err
 	})
 	if err != nil {
 		return nil, s.wrap("get", err)
@@ -54,19 +48,68 @@ func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 	}
 	var out []kv.KeyValue
 	err := s.db.View(func(tx *bbolt.Tx) error {
-		p := []byte(prefix)
-		c := tx.Bucket(bucketKV).Cursor()
-		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-			e, err := decode(string(k), v)
-			if err != nil {
-				return err
-			}
-			out = append(out, e)
-		}
-		return nil
+		var err error
+		out, err = listIn(tx.Bucket(bucketKV), prefix)
+		return err
 	})
 	if err != nil {
 		return nil, s.wrap("list", err)
+	}
+	return out, nil
+}
+
+var _ kv.PrefixGetter = (*Store)(nil)
+
+// GetWithPrefix implements kv.PrefixGetter: Get and List in one bbolt
+// read transaction.
+func (s *Store) GetWithPrefix(ctx context.Context, keys []string, prefix string) (entries, under []kv.KeyValue, err error) {
+	if err := s.ctxErr(ctx, "get"); err != nil {
+		return nil, nil, err
+	}
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return nil, nil, err
+		}
+	}
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketKV)
+		var err error
+		if entries, err = getIn(b, keys); err != nil {
+			return err
+		}
+		under, err = listIn(b, prefix)
+		return err
+	})
+	if err != nil {
+		return nil, nil, s.wrap("get", err)
+	}
+	return entries, under, nil
+}
+
+// getIn reads keys from b, one entry per key.
+func getIn(b *bbolt.Bucket, keys []string) ([]kv.KeyValue, error) {
+	out := make([]kv.KeyValue, len(keys))
+	for i, k := range keys {
+		e, err := decode(k, b.Get([]byte(k)))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+// listIn reads every entry of b under prefix, in key order.
+func listIn(b *bbolt.Bucket, prefix string) ([]kv.KeyValue, error) {
+	var out []kv.KeyValue
+	p := []byte(prefix)
+	c := b.Cursor()
+	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+		e, err := decode(string(k), v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }

@@ -39,6 +39,7 @@ type flaws struct {
 	lendsToPrefix   bool // LendsTo selects by name prefix, not exactly
 	reuseVersions   bool // versions restart per object
 	noLimit         bool // no size limit
+	writesTooLarge  bool // a node object over the limit is stored, then refused
 	keepsInvalid    bool // stores nodes without validating them
 	noOpKeepsVer    bool // an unchanged write keeps the version (as a bare Kubernetes PUT does)
 }
@@ -242,12 +243,17 @@ func (m *memory) putNode(ctx context.Context, n store.Node, create bool) (store.
 	if err != nil {
 		return store.Node{}, err
 	}
-	if err := m.Limits().Fits("node object "+n.Name, len(data)); err != nil {
-		return store.Node{}, err
+	tooLarge := fmt.Errorf("%w: node object %q encodes to %d bytes", store.ErrTooLarge, n.Name, len(data))
+	over := m.Limits().MaxNodeBytes > 0 && len(data) > m.Limits().MaxNodeBytes
+	if over && !m.flaws.writesTooLarge {
+		return store.Node{}, tooLarge
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n.Version, err = write(m, ctx, m.nodes, n.Name, n.Version, data, create)
+	if over && err == nil {
+		return store.Node{}, tooLarge
+	}
 	return n, err
 }
 
@@ -294,7 +300,7 @@ func (m *memory) Limits() store.Limits {
 	if m.flaws.noLimit {
 		return store.Limits{}
 	}
-	return store.Limits{MaxObjectBytes: 1 << 20}
+	return store.Limits{MaxObjectBytes: 1 << 20, MaxNodeBytes: 1 << 20}
 }
 
 func (m *memory) Close() error { return nil }
@@ -313,6 +319,7 @@ var flawsByName = map[string]flaws{
 	"lendsToPrefix":   {lendsToPrefix: true},
 	"reuseVersions":   {reuseVersions: true},
 	"noLimit":         {noLimit: true},
+	"writesTooLarge":  {writesTooLarge: true},
 	"keepsInvalid":    {keepsInvalid: true},
 	"noOpKeepsVer":    {noOpKeepsVer: true},
 }
@@ -336,6 +343,7 @@ func TestSuiteCatchesFlaws(t *testing.T) {
 		"lendsToPrefix":   "ListNodesLendsTo",
 		"reuseVersions":   "NodeVersionAfterRecreate",
 		"noLimit":         "NodeTooLarge",
+		"writesTooLarge":  "NodeTooLarge",
 		"keepsInvalid":    "NodeInvalid",
 		"noOpKeepsVer":    "NodeUnchangedUpdate",
 	}

@@ -9,7 +9,9 @@
 // backend: compare-and-swap on stale versions, create races with one
 // winner, delete preconditions, lists that are exact (a backend indexing
 // by hashed labels filters by content), objects that round-trip exactly,
-// size limits and invalid objects refused before anything is written.
+// thousands of addresses on one node, the size limits the backend
+// reports (of an object, or of one write of a node object) and invalid
+// objects refused before anything is written.
 package storetest
 
 import (
@@ -40,9 +42,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NodeLifecycle", testNodeLifecycle},
 		{"NodeVersionAfterRecreate", testNodeVersionAfterRecreate},
 		{"NodeUnchangedUpdate", testNodeUnchangedUpdate},
+		{"NodeUpdateWhole", testNodeUpdateWhole},
 		{"NodeNames", testNodeNames},
 		{"NodeInvalid", testNodeInvalid},
+		{"NodeManyAddresses", testNodeManyAddresses},
 		{"NodeTooLarge", testNodeTooLarge},
+		{"NodeWriteTooLarge", testNodeWriteTooLarge},
 		{"NodeConcurrentAllocations", testNodeConcurrentAllocations},
 		{"ListNodesLendsTo", testListNodesLendsTo},
 		{"ListNodesAll", testListNodesAll},

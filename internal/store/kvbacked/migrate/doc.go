@@ -1,8 +1,11 @@
-// Package migrate converts a kv.Store the first storage layout wrote
-// (pools/, blocks/, affinity/, handles/) into package kvbacked's typed
-// objects. The datastore's open path calls Ensure once per store, and only
-// when kvbacked.ReadLayoutWarm found no layout marker: a marked store
-// never reaches this package.
+// Package migrate converts a kv.Store an earlier storage layout wrote
+// into package kvbacked's typed objects: the first layout (pools/,
+// blocks/, affinity/, handles/; Run), and the layout that kept each node
+// object whole under nodes/<node> (meta/layout "2"; Split, split.go,
+// which says how processes of that version are fenced). The datastore's
+// open path calls EnsureRead once per store, and only when
+// kvbacked.ReadLayoutWarm found no layout marker or the earlier one: a
+// store marked with this layout's value never reaches this package.
 //
 // # The first layout and the upgrade fence
 //

@@ -280,10 +280,10 @@ func TestReadLayout(t *testing.T) {
 			if l, err := kvbacked.ReadLayout(ctx, kvs); err != nil || l != kvbacked.LayoutTyped {
 				t.Fatalf("after Run: %v, %v", l, err)
 			}
-			if err := kvs.Txn(ctx, nil, []kv.Op{{Key: "meta/layout", Value: []byte("3")}}); err != nil {
+			if err := kvs.Txn(ctx, nil, []kv.Op{{Key: "meta/layout", Value: []byte("4")}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := kvbacked.ReadLayout(ctx, kvs); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `meta/layout holds "3"`) {
+			if _, err := kvbacked.ReadLayout(ctx, kvs); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `meta/layout holds "4"`) {
 				t.Fatalf("unknown marker: %v", err)
 			}
 			before := snapshot(t, kvs, "")

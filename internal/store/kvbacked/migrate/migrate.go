@@ -128,7 +128,11 @@ func migrateOnce(ctx context.Context, s kv.Store) (rep Report, again bool, err e
 	if err != nil {
 		return rep, false, err
 	}
-	if m, ok := snap[layoutKey]; ok && string(m.Value) != layoutTyped {
+	if m, ok := snap[layoutKey]; ok && string(m.Value) == kvbacked.WholeNodesMarkerValue {
+		// Marked meanwhile by a migration of the earlier version: Ensure
+		// splits its node objects.
+		return rep, false, fmt.Errorf("%w: migrate: %s holds %q (the layout of whole node objects)", store.ErrConflict, layoutKey, m.Value)
+	} else if ok && string(m.Value) != layoutTyped {
 		return rep, false, fmt.Errorf("%w: migrate: %s holds %q, a layout this version does not know", store.ErrCorrupt, layoutKey, m.Value)
 	} else if ok {
 		converted, _ := strconv.ParseInt(string(snap[convertedKey].Value), 10, 64)

@@ -83,7 +83,8 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 			if _, err := s.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: "v4", CIDR: blk}, Node: "node-b"}); !errors.Is(err, store.ErrExists) {
 				t.Fatalf("claim of a migrated block: %v, want ErrExists", err)
 			}
-			if _, err := s.CreateNode(ctx, lender(t, "node-x", "node-b", firstPools[0])); err != nil {
+			x := lender(t, "node-x", "node-b", firstPools[0])
+			if _, err := s.CreateNode(ctx, x); err != nil {
 				t.Fatal(err)
 			}
 			after := snapshot(t, kvs, "")
@@ -101,7 +102,7 @@ func TestFirstLayoutPoolsCarryOver(t *testing.T) {
 					newKeys++
 				}
 			}
-			if newKeys != 2 { // node object, lends entry
+			if want := 1 + len(x.Blocks) + len(x.Handles) + 1; newKeys != want { // head, blocks, records, lends entry
 				t.Fatalf("typed writes added %d keys: %v", newKeys, slices.Sorted(maps.Keys(after)))
 			}
 		})

@@ -1,4 +1,4 @@
-package kube
+package store
 
 import (
 	"errors"
@@ -6,27 +6,25 @@ import (
 	"net/netip"
 	"strings"
 	"time"
-
-	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// An IPAMNode holds each handle record as one string, not as a JSON
-// object: the API server decodes, prunes, validates and re-encodes every
-// field of a custom resource on every write, and a node object's records
-// are most of its fields (docs/STORAGE.md, "compact records"). A record
-// reads
+// Every backend stores a handle record as one string (FormatRecord), not
+// as a JSON object: it is shorter, faster to read and write, and on the
+// Kubernetes API, which decodes, prunes, validates and re-encodes every
+// field of a custom resource on every write, one field instead of ten.
+// A record reads
 //
 //	<id> <addr>@<pool>[,<addr>@<pool>...] [node=<n>] [att=<network>/<container>/<ifname>] [netns=<path>] [ns=<namespace>] [pod=<name>] [uid=<uid>] [at=<RFC 3339 time>]
 //
 // fields separated by one space, the optional ones in that order and
-// only when set (as store.HandleSpec's JSON omits them). Bytes that would
+// only when set (as HandleSpec's JSON omits them). Bytes that would
 // end a field — space, '%', control and non-ASCII bytes everywhere, ','
 // and '@' in a pool, '/' in an attachment's parts — are written as %XX.
 //
 // e.g. "blue-net.8f3a.eth0 10.0.0.5@blue,fd00::5@blue6 ns=default pod=web-0 uid=7c1d at=2026-11-27T03:20:00Z"
 
-// errRecord is wrapped by every parseRecord error.
-var errRecord = errors.New("bad handle record")
+// ErrRecord is wrapped by every ParseRecord error.
+var ErrRecord = errors.New("bad handle record")
 
 // Record keys, in the order a record writes them.
 const (
@@ -41,8 +39,8 @@ const (
 
 var recordKeys = []string{keyNode, keyAtt, keyNetNS, keyNS, keyPod, keyUID, keyAt}
 
-// formatRecord writes h as one record string.
-func formatRecord(h *store.HandleSpec) string {
+// FormatRecord writes h as one record string.
+func FormatRecord(h *HandleSpec) string {
 	var b strings.Builder
 	b.Grow(len(h.ID) + len(h.NetNS) + len(h.Namespace) + len(h.Pod) + len(h.PodUID) + 48*len(h.IPs) + 48)
 	escapeTo(&b, h.ID, "")
@@ -84,16 +82,16 @@ func formatRecord(h *store.HandleSpec) string {
 	return b.String()
 }
 
-// parseRecord reads what formatRecord writes.
-func parseRecord(s string) (store.HandleSpec, error) {
-	bad := func(format string, args ...any) (store.HandleSpec, error) {
-		return store.HandleSpec{}, fmt.Errorf("%w %q: %s", errRecord, s, fmt.Sprintf(format, args...))
+// ParseRecord reads what FormatRecord writes.
+func ParseRecord(s string) (HandleSpec, error) {
+	bad := func(format string, args ...any) (HandleSpec, error) {
+		return HandleSpec{}, fmt.Errorf("%w %q: %s", ErrRecord, s, fmt.Sprintf(format, args...))
 	}
 	fields := strings.Split(s, " ")
 	if len(fields) < 2 {
 		return bad("want an ID and addresses")
 	}
-	var h store.HandleSpec
+	var h HandleSpec
 	var err error
 	if h.ID, err = unescape(fields[0]); err != nil || h.ID == "" {
 		return bad("handle ID: %v", orEmpty(err))
@@ -111,7 +109,7 @@ func parseRecord(s string) (store.HandleSpec, error) {
 		if err != nil || p == "" {
 			return bad("pool of %s: %v", addr, orEmpty(err))
 		}
-		h.IPs = append(h.IPs, store.AddrSpec{Addr: a, Pool: p})
+		h.IPs = append(h.IPs, AddrSpec{Addr: a, Pool: p})
 	}
 	next := 0 // index in recordKeys of the next key allowed
 	for _, f := range fields[2:] {
