@@ -85,6 +85,13 @@ func (s *Store) resolve(ctx context.Context, req txnRequest, ops []kv.Op, cause 
 			if errors.As(err, &se) && se.retryable {
 				continue
 			}
+			if errors.Is(err, ErrTLS) {
+				// The server refuses this client's TLS credentials, so
+				// it refused the connection the first attempt broke on
+				// too (its alert lost to the connection's reset): that
+				// attempt was never served.
+				return readErr(err)
+			}
 			return fmt.Errorf("%w: outcome of a transaction unknown: %w", store.ErrUnavailable, readErr(err))
 		}
 		if resp.Succeeded {
