@@ -136,12 +136,17 @@ func LayoutVersion(ctx context.Context, s kv.Store) (store.Version, error) {
 // tracker keeps what a Store last read or wrote of one node object and of
 // pools (Track).
 type tracker struct {
-	mu     sync.Mutex
-	node   string
-	hint   NodeHint
-	ok     bool
-	pools  map[string]PoolHint
-	claims map[store.BlockRef]store.Version
+	mu   sync.Mutex
+	node string
+	hint NodeHint
+	ok   bool
+	// pending is the node object last read or written, whose encoding
+	// hint.Value takes only when Tracked asks for it: a long-lived store
+	// writes a node many times and is asked for its hint once, at close,
+	// and a node object's encoding grows with its records.
+	pending *store.Node
+	pools   map[string]PoolHint
+	claims  map[store.BlockRef]store.Version
 }
 
 // Track makes s remember the stored bytes and version of node's object,
@@ -152,7 +157,7 @@ func (s *Store) Track(node string, seed NodeHint) {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
 	s.track.node = node
-	s.track.hint, s.track.ok = NodeHint{}, false
+	s.track.hint, s.track.ok, s.track.pending = NodeHint{}, false, nil
 	s.track.pools = map[string]PoolHint{}
 	s.track.claims = map[store.BlockRef]store.Version{}
 	if seed.Node != node {
@@ -177,6 +182,16 @@ func (s *Store) Track(node string, seed NodeHint) {
 func (s *Store) Tracked() (NodeHint, bool) {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
+	if n := s.track.pending; n != nil {
+		s.track.pending = nil
+		val, err := store.MarshalNode(*n)
+		if err != nil {
+			s.track.hint.Version, s.track.hint.Value = "", nil
+			s.track.ok = false
+		} else {
+			s.track.hint.Value = val
+		}
+	}
 	h := s.track.hint
 	h.Pools = nil
 	for _, p := range s.track.pools {
@@ -197,6 +212,7 @@ func (s *Store) forget() {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
 	s.track.hint, s.track.ok, s.track.pools = NodeHint{Node: s.track.node}, false, map[string]PoolHint{}
+	s.track.pending = nil
 	s.track.claims = map[store.BlockRef]store.Version{}
 }
 
@@ -216,6 +232,7 @@ func (s *Store) observe(node string, val []byte, v store.Version, wrote bool) {
 		return
 	}
 	wrote = wrote || s.track.hint.Wrote
+	s.track.pending = nil
 	if _, ok := parseVersion(v); !ok || val == nil || v == unknownVersion {
 		s.track.hint.Version, s.track.hint.Value, s.track.hint.Wrote = "", nil, wrote
 		s.track.ok = false
@@ -223,6 +240,24 @@ func (s *Store) observe(node string, val []byte, v store.Version, wrote bool) {
 	}
 	s.track.hint.Node, s.track.hint.Version, s.track.hint.Value, s.track.hint.Wrote = node, v, val, wrote
 	s.track.ok = true
+}
+
+// observeNode records node n as read or written; its encoding is made
+// when Tracked asks for it.
+func (s *Store) observeNode(n store.Node, wrote bool) {
+	s.track.mu.Lock()
+	defer s.track.mu.Unlock()
+	if n.Name == "" || n.Name != s.track.node {
+		return
+	}
+	wrote = wrote || s.track.hint.Wrote
+	if _, ok := parseVersion(n.Version); !ok || n.Version == unknownVersion {
+		s.track.hint.Version, s.track.hint.Value, s.track.hint.Wrote = "", nil, wrote
+		s.track.ok, s.track.pending = false, nil
+		return
+	}
+	s.track.hint.Node, s.track.hint.Version, s.track.hint.Value, s.track.hint.Wrote = n.Name, n.Version, nil, wrote
+	s.track.ok, s.track.pending = true, &n
 }
 
 // observePool records pool name as stored (val nil: gone or not known).

@@ -112,19 +112,6 @@ func hintedNode(name string, val []byte, v store.Version) (store.Node, error) {
 	return n, nil
 }
 
-// observeNode records n as this store read or wrote it (wrote), for the
-// hint of the node it tracks (an encoding costs nothing for the others).
-func (s *Store) observeNode(n store.Node, wrote bool) {
-	if !s.tracking(n.Name) {
-		return
-	}
-	val, err := store.MarshalNode(n)
-	if err != nil {
-		val = nil
-	}
-	s.observe(n.Name, val, n.Version, wrote)
-}
-
 // NodeBlockKey and NodeRecordKey are the keys of a block's and a handle
 // record's part of node's object (NodeHeadKey is its head's), for tests
 // that write parts no store.Store write makes (kvbackedtest).
