@@ -183,14 +183,23 @@ func inRounds(ctx context.Context, plugins []*plugin, cmd string, pods []int, co
 	for _, p := range plugins {
 		by[p.name] = &outcome{}
 	}
-	per := (len(pods) + rounds - 1) / rounds
-	for r := range rounds {
-		part := pods[min(r*per, len(pods)):min((r+1)*per, len(pods))]
+	for r, part := range split(pods, rounds) {
 		for j := range plugins {
 			p := plugins[(r+j)%len(plugins)]
 			by[p.name].add(p.concurrently(ctx, cmd, part, conc))
 		}
 	}
+}
+
+// split cuts pods into rounds parts in order, as even as whole parts of
+// ceil(len/rounds) allow; the last parts may be shorter or empty.
+func split(pods []int, rounds int) [][]int {
+	per := (len(pods) + rounds - 1) / rounds
+	parts := make([][]int, rounds)
+	for r := range parts {
+		parts[r] = pods[min(r*per, len(pods)):min((r+1)*per, len(pods))]
+	}
+	return parts
 }
 
 func etcdVersion(ctx context.Context, ep string) string {
