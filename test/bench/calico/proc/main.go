@@ -23,8 +23,10 @@
 // after -warmup ADD+DEL pairs per plugin (not measured). A call's time is
 // its process's, start to exit. It prints each run's p50 and p99 per
 // plugin, Calico's p50 over ipkeeper's, the rate of each (calls over the
-// time they took) and ipkeeper's rate over Calico's. Numbers are printed,
-// never asserted.
+// time they took) and ipkeeper's rate over Calico's, and the CPU time
+// (user and system) of a call's process on average, which a loaded
+// machine changes less than wall time. Numbers are printed, never
+// asserted.
 //
 //	go run ./test/bench/calico/proc -ipkeeper bin/ipkeeper \
 //		-calico-ipam $(side/build-ipam.sh CALICO_SRC) -calicoside $(side/build.sh CALICO_SRC)
@@ -121,7 +123,7 @@ func run(ctx context.Context, w io.Writer) error {
 	for i := range *flagWarmup {
 		for _, p := range plugins {
 			for _, cmd := range []string{"ADD", "DEL"} {
-				if _, err := p.call(ctx, cmd, 900000+i); err != nil {
+				if _, _, err := p.call(ctx, cmd, 900000+i); err != nil {
 					return fmt.Errorf("warm-up: %w", err)
 				}
 			}
@@ -164,7 +166,7 @@ func inRow(ctx context.Context, plugins []*plugin, cmd string, pods []int, by ma
 		for j := range plugins {
 			p := plugins[(i+j)%len(plugins)]
 			o := by[p.name]
-			d, err := p.call(ctx, cmd, k)
+			d, cpu, err := p.call(ctx, cmd, k)
 			if err != nil {
 				o.fail(err)
 				continue
@@ -172,6 +174,7 @@ func inRow(ctx context.Context, plugins []*plugin, cmd string, pods []int, by ma
 			o.Lat = append(o.Lat, d)
 			o.N++
 			o.Wall += d
+			o.CPU += cpu
 		}
 	}
 }

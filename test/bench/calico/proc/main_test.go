@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -31,12 +32,13 @@ func TestOutcomeAdd(t *testing.T) {
 	o.add(outcome{Errors: 2, FirstErr: "second"})
 	o.add(outcome{})
 	b := outcome{}
-	b.N, b.Wall, b.Lat = 2, 3*time.Second, []time.Duration{time.Millisecond, 2 * time.Millisecond}
+	b.N, b.Wall, b.Lat, b.CPU = 2, 3*time.Second, []time.Duration{time.Millisecond, 2 * time.Millisecond}, time.Millisecond
 	o.add(b)
-	if o.N != 3 || o.Wall != 4*time.Second || len(o.Lat) != 3 || o.Errors != 3 || o.FirstErr != "first" {
+	o.add(b)
+	if o.N != 5 || o.Wall != 7*time.Second || len(o.Lat) != 5 || o.CPU != 2*time.Millisecond || o.Errors != 3 || o.FirstErr != "first" {
 		t.Fatalf("added outcome: %+v", o)
 	}
-	if r := (row{by: map[string]*outcome{"calico": &o, "ipkeeper": &b}}).rateRatio(); r != (2.0/3)/(3.0/4) {
+	if r := (row{by: map[string]*outcome{"calico": &o, "ipkeeper": &b}}).rateRatio(); math.Abs(r-14.0/15) > 1e-12 {
 		t.Fatalf("rate ratio %v, want ipkeeper's rate over Calico's", r)
 	}
 }

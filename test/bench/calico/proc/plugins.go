@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,7 +16,6 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
-	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
 // Both plugins allocate from a pool of this CIDR with blocks of this size,
@@ -65,35 +67,43 @@ func calicoPlugin(bin, endpoint, lockFile string) (*plugin, error) {
 	return &plugin{name: "calico", bin: bin, conf: conf}, err
 }
 
-// call runs one CNI command of pod k as a new process and returns its wall
-// time, process start to exit.
-func (p *plugin) call(ctx context.Context, cmd string, k int) (time.Duration, error) {
+// call runs one CNI command of pod k as a new process, as a runtime does
+// (configuration on stdin, parameters in CNI_* variables, the caller's
+// other variables inherited), and returns its wall time, process start
+// to exit, and the CPU time (user and system) it used.
+func (p *plugin) call(ctx context.Context, cmd string, k int) (wall, cpu time.Duration, err error) {
 	cid := fmt.Sprintf("%064x", k)
 	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", k, k)
-	out, err := cnirun.Run(ctx, p.bin, cnirun.Call{
-		Command: cmd, ContainerID: cid, IfName: "eth0",
+	c := exec.CommandContext(ctx, p.bin)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CNI_") {
+			c.Env = append(c.Env, kv)
+		}
+	}
+	c.Env = append(c.Env, "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+cid, "CNI_IFNAME=eth0",
 		// Not a namespace: an IPAM plugin never enters it.
-		NetNS: "/var/run/netns/cni-" + uid,
-		Args: fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-%d;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s",
-			k, cid, uid),
-		Path:  filepath.Dir(p.bin),
-		Env:   p.env,
-		Stdin: p.conf,
-	})
+		"CNI_NETNS=/var/run/netns/cni-"+uid,
+		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-%d;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", k, cid, uid),
+		"CNI_PATH="+filepath.Dir(p.bin))
+	c.Env = append(c.Env, p.env...)
+	c.Stdin = bytes.NewReader(p.conf)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	t0 := time.Now()
+	err = c.Run()
+	wall = time.Since(t0)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s pod-%d: %w", p.name, cmd, k, err)
+		return 0, 0, fmt.Errorf("%w: %s %s pod-%d: %w: %s %s", errPlugin, p.name, cmd, k, err,
+			strings.TrimSpace(stdout.String()), strings.TrimSpace(stderr.String()))
 	}
-	if out.ExitCode != 0 {
-		return 0, fmt.Errorf("%w: %s %s pod-%d: exit %d: %s %s", errPlugin, p.name, cmd, k, out.ExitCode,
-			strings.TrimSpace(string(out.Stdout)), strings.TrimSpace(string(out.Stderr)))
-	}
-	return out.Duration, nil
+	return wall, c.ProcessState.UserTime() + c.ProcessState.SystemTime(), nil
 }
 
 // outcome is one plugin's part of one run: the successful calls'
-// latencies and wall time, the failed calls.
+// latencies, wall time and CPU time, the failed calls.
 type outcome struct {
 	latency.Result
+	CPU      time.Duration
 	Errors   int
 	FirstErr string
 }
@@ -110,6 +120,7 @@ func (o *outcome) add(b outcome) {
 	o.N += b.N
 	o.Wall += b.Wall
 	o.Lat = append(o.Lat, b.Lat...)
+	o.CPU += b.CPU
 	o.Errors += b.Errors
 	if o.FirstErr == "" {
 		o.FirstErr = b.FirstErr
@@ -126,12 +137,13 @@ func (p *plugin) concurrently(ctx context.Context, cmd string, pods []int, conc 
 	for range conc {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(pods); i = int(next.Add(1)) - 1 {
-				d, err := p.call(ctx, cmd, pods[i])
+				d, cpu, err := p.call(ctx, cmd, pods[i])
 				mu.Lock()
 				if err != nil {
 					o.fail(err)
 				} else {
 					o.Lat = append(o.Lat, d)
+					o.CPU += cpu
 				}
 				mu.Unlock()
 			}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log"
 	"math"
+	"time"
 
 	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
@@ -68,6 +69,14 @@ func rate(o *outcome) string {
 	return fmt.Sprintf("%.1f/s", o.Rate())
 }
 
+// cpuPerCall is the mean CPU time of a successful call's process.
+func cpuPerCall(o *outcome) string {
+	if o.N == 0 {
+		return "-"
+	}
+	return latency.Ms(o.CPU / time.Duration(o.N))
+}
+
 func errs(o *outcome) string { return fmt.Sprint(o.Errors) }
 
 // fmtRatio prints a ratio as "12.30x", or "-" when it is not a number.
@@ -81,11 +90,11 @@ func fmtRatio(r float64) string {
 // printTable writes the runs as Markdown, then each plugin's first error.
 func printTable(w io.Writer, rows []row) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| run | p50 calico / ipkeeper | p99 calico / ipkeeper | p50 calico/ipkeeper | rate calico / ipkeeper | rate ipkeeper/calico | errors |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| run | p50 calico / ipkeeper | p99 calico / ipkeeper | p50 calico/ipkeeper | rate calico / ipkeeper | rate ipkeeper/calico | CPU per call calico / ipkeeper | errors |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.what, r.pair(pct(50)), r.pair(pct(99)),
-			fmtRatio(r.p50Ratio()), r.pair(rate), fmtRatio(r.rateRatio()), r.pair(errs))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.what, r.pair(pct(50)), r.pair(pct(99)),
+			fmtRatio(r.p50Ratio()), r.pair(rate), fmtRatio(r.rateRatio()), r.pair(cpuPerCall), r.pair(errs))
 	}
 	for _, r := range rows {
 		for _, name := range []string{"calico", "ipkeeper"} {
