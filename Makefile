@@ -152,22 +152,32 @@ bench-etcd: build $(TOOLS_BIN)/host-local
 
 # ipkeeper's allocator against Calico's IPAM library (libcalico-go, etcdv3
 # backend) on one embedded etcd, interleaved: W1-W4, raw CAS, density rows,
-# bytes and etcd growth per ADD (test/bench/calico). The module proxy serves
-# neither Calico v3.32.1 nor github.com/projectcalico/api, so Calico's side
-# is built from CALICO_SRC, a checkout (or git directory) of
-# github.com/projectcalico/calico holding tag CALICO_VERSION, once into
-# ~/.cache/ipkeeper; without it only ipkeeper's side runs.
-# BENCH_CALICO_FLAGS="-scale 0.1" for a quick run.
-CALICO_SRC         ?=
-CALICO_VERSION     ?= v3.32.1
-BENCH_CALICO_FLAGS ?=
-bench-calico:
-	calico=""; \
+# bytes and etcd growth per ADD (test/bench/calico); then ipkeeper's plugin
+# against Calico's calico-ipam as CNI processes on one etcd and one node,
+# ADD and DEL in a row and from 16 at once (test/bench/calico/proc). The
+# module proxy serves neither Calico v3.32.1 nor github.com/projectcalico/api,
+# so Calico's side and calico-ipam are built from CALICO_SRC, a checkout (or
+# git directory) of github.com/projectcalico/calico holding tag
+# CALICO_VERSION, once into ~/.cache/ipkeeper; without it only ipkeeper's
+# side of the library rows runs.
+# BENCH_CALICO_FLAGS="-scale 0.1" for a quick run;
+# BENCH_CALICO_PROC_FLAGS="-n 100 -conc-n 160" for a quick process run.
+CALICO_SRC              ?=
+CALICO_VERSION          ?= v3.32.1
+BENCH_CALICO_FLAGS      ?=
+BENCH_CALICO_PROC_FLAGS ?=
+bench-calico: build
+	calico=""; ipam=""; \
 	if [[ -n "$(CALICO_SRC)" ]]; then \
 		calico=$$(CALICO_VERSION=$(CALICO_VERSION) test/bench/calico/side/build.sh "$(CALICO_SRC)") || \
 			echo "bench-calico: Calico's side did not build (above); running ipkeeper's side only" >&2; \
+		ipam=$$(CALICO_VERSION=$(CALICO_VERSION) test/bench/calico/side/build-ipam.sh "$(CALICO_SRC)") || \
+			echo "bench-calico: calico-ipam did not build (above); no process rows" >&2; \
 	fi; \
-	$(GO) run ./test/bench/calico -calico "$$calico" $(BENCH_CALICO_FLAGS)
+	$(GO) run ./test/bench/calico -calico "$$calico" $(BENCH_CALICO_FLAGS) && \
+	if [[ -n "$$calico" && -n "$$ipam" ]]; then \
+		$(GO) run ./test/bench/calico/proc -ipkeeper $(BIN)/ipkeeper -calico-ipam "$$ipam" -calicoside "$$calico" $(BENCH_CALICO_PROC_FLAGS); \
+	fi
 
 # ipkeeper-controller's reclaim against a real kube-apiserver: nodes x pods
 # allocated, 5% deleted without DEL, time from the deletes to the last
