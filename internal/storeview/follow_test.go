@@ -1,10 +1,12 @@
 package storeview_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -228,15 +230,16 @@ func TestViewFollowsEtcd(t *testing.T) {
 	}
 }
 
-// TestViewRelistsAfterCompaction: a view whose watch ends after etcd
-// compacted past the view's revision lists again (the watch cannot resume
-// from there), is not synced until it has, and then holds the store's
-// state, changes made while it was cut off included.
+// TestViewRelistsAfterCompaction: a view cut off while etcd compacted
+// past its revision cannot resume its watch from there: it lists again,
+// is not synced until it has, and then holds the store's state, changes
+// made while it was cut off included.
 func TestViewRelistsAfterCompaction(t *testing.T) {
 	f := newFixture(t)
 	f.allocate(t, "node-a", "first")
 	src, _ := f.st.Follower()
-	v := storeview.New(src, nil)
+	var logs syncBuffer
+	v := storeview.New(src, slog.New(slog.NewTextHandler(&logs, nil)))
 	run(t, v)
 	waitFor(t, v, "synced", v.Synced)
 	at, _ := kvbacked.RevisionOf(v.Revision())
@@ -284,14 +287,36 @@ func TestViewRelistsAfterCompaction(t *testing.T) {
 	f.proxy.refuse(false)
 	atRevision(t, v, last)
 	same(t, v, f.st)
-	if n := v.Lists(); n < 2 {
-		t.Errorf("the view listed %d times, want a list after the compaction", n)
+	if n := v.Lists(); n != 2 {
+		t.Errorf("the view listed %d times, want once more after the compaction", n)
+	}
+	if !strings.Contains(logs.String(), "revision expired") {
+		t.Errorf("the view did not find its revision expired; its log:\n%s", logs.String())
 	}
 }
 
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // TestViewConnectionCut: a view whose connection is cut is not synced
-// until it has listed again, and then follows changes made while it was
-// cut off and after.
+// until its watch, resumed from the view's revision, has caught up (etcd
+// reported its progress); it then holds the changes made while it was
+// cut off, follows those after, and has not listed again.
 func TestViewConnectionCut(t *testing.T) {
 	f := newFixture(t)
 	f.allocate(t, "node-a", "first")
@@ -330,8 +355,8 @@ func TestViewConnectionCut(t *testing.T) {
 	if n, _ := v.Node("node-a"); !holds(n, after.ID) {
 		t.Errorf("the view does not follow changes after the cut")
 	}
-	if v.Lists() != lists+1 {
-		t.Errorf("lists: %d before the cut, %d after, want one more", lists, v.Lists())
+	if v.Lists() != lists {
+		t.Errorf("lists: %d before the cut, %d after, want none more (the watch resumes)", lists, v.Lists())
 	}
 }
 
@@ -429,4 +454,27 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// TestViewSync: Sync (and Refresh) of a followed view returns once the
+// view holds every write made before the call, without listing again.
+func TestViewSync(t *testing.T) {
+	f := newFixture(t)
+	src, _ := f.st.Follower()
+	v := storeview.New(src, nil)
+	run(t, v)
+	waitFor(t, v, "synced", v.Synced)
+	for i := range 5 {
+		h := f.allocate(t, "node-a", fmt.Sprintf("sync%d", i))
+		if err := v.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := v.Node("node-a"); !ok || !holds(n, h.ID) {
+			t.Fatalf("after Sync the view lacks %s, written before it", h.ID)
+		}
+	}
+	same(t, v, f.st)
+	if v.Lists() != 1 {
+		t.Errorf("the view listed %d times, want once", v.Lists())
+	}
 }

@@ -1,9 +1,10 @@
 // Package storeview keeps a view of the typed datastore's pools, claims
 // and node objects in memory, fed by what the datastore reports: one list,
-// then a watch from the revision the list was read at, and a new list only
-// when the watch can no longer go on (the revision it would resume from was
-// compacted away, the stream broke). The controller's passes and the
-// address map read the view instead of listing the datastore.
+// then a watch from the revision the list was read at. A watch that breaks
+// is resumed from the view's revision; the view lists again only when that
+// revision is no longer available (etcd compacted it away) or the source
+// cannot tell when a resumed watch has caught up. The controller's passes
+// and the address map read the view instead of listing the datastore.
 //
 // A backend offers its list and watch through Source. On etcd
 // (kvbacked.Follower) the watch streams the keys of node objects' parts,
@@ -16,9 +17,10 @@
 // failing with ErrExpired on 410 Gone; its Revision encodes the three
 // resources' resourceVersions.
 //
-// A view that has not listed, or whose watch failed and has not listed
-// again since, is not synced (Synced false): it must not be taken for the
-// datastore's state, and the controller releases nothing on it.
+// A view that has not listed, or whose watch failed and has neither
+// listed again nor caught up by a resumed watch since, is not synced
+// (Synced false): it must not be taken for the datastore's state, and the
+// controller releases nothing on it.
 package storeview
 
 import (
@@ -101,6 +103,19 @@ type Event struct {
 type Batch struct {
 	Rev    Revision
 	Events []Event
+	// Current says that every change up to Rev has been reported (etcd's
+	// answer to a progress request).
+	Current bool
+}
+
+// Progresser is a Source whose running watch can be asked to report a
+// Batch with Current set once it has reported every change made up to
+// now (etcd's progress requests; the source may drop a request while its
+// watch catches up, so ask again). A view of such a source resumes a
+// broken watch from its revision instead of listing again, and can be
+// brought up to date with the datastore (Sync).
+type Progresser interface {
+	RequestProgress()
 }
 
 // key names the object of e: "pool <name>", "claim <pool>/<cidr>" or

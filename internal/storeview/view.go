@@ -34,10 +34,12 @@ type View struct {
 	gen     uint64
 	changed chan struct{}
 	lists   int
-	pools   map[string]store.Pool
-	claims  map[store.BlockRef]store.Claim
-	nodes   map[string]store.Node
-	bad     map[string]Event
+	// progress counts the batches that reported the watch current.
+	progress uint64
+	pools    map[string]store.Pool
+	claims   map[store.BlockRef]store.Claim
+	nodes    map[string]store.Node
+	bad      map[string]Event
 }
 
 // New returns a view that follows src by its watch once Run runs.
@@ -61,24 +63,43 @@ func newView(src Source, polled bool, log *slog.Logger) *View {
 func (v *View) Polled() bool { return v.polled }
 
 // Run follows the source until ctx ends: it lists, watches from the
-// revision listed, and lists again when the watch ends (at once when its
-// revision expired, else after RetryWait). From a failure until the next
-// list the view is not synced. Run does nothing on a polled view.
+// revision listed and, when the watch breaks, resumes it from the view's
+// revision after RetryWait; it lists again at once when that revision
+// expired, and after RetryWait when the source is no Progresser (a resumed
+// watch could not tell when it has caught up). From a failure until the
+// next list, or until a resumed watch reports it has caught up, the view
+// is not synced. Run does nothing on a polled view.
 func (v *View) Run(ctx context.Context) {
 	if v.polled {
 		return
 	}
+	_, resumable := v.src.(Progresser)
+	listed := false
 	for ctx.Err() == nil {
-		err := v.listAndWatch(ctx)
+		var err error
+		if !listed {
+			var st State
+			if st, err = v.src.List(ctx); err == nil {
+				v.replace(st)
+				listed = true
+			} else {
+				err = fmt.Errorf("list the datastore: %w", err)
+			}
+		}
+		if err == nil {
+			err = v.watch(ctx)
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		v.fail(err)
 		if errors.Is(err, ErrExpired) {
 			v.log.Info("store view: the watch's revision expired; listing again", "err", err)
+			listed = false
 			continue
 		}
-		v.log.Warn("store view: the datastore's watch failed; listing again", "err", err)
+		v.log.Warn("store view: the datastore's watch failed", "err", err, "resume", listed && resumable)
+		listed = listed && resumable
 		select {
 		case <-ctx.Done():
 			return
@@ -87,23 +108,40 @@ func (v *View) Run(ctx context.Context) {
 	}
 }
 
-func (v *View) listAndWatch(ctx context.Context) error {
-	st, err := v.src.List(ctx)
-	if err != nil {
-		return fmt.Errorf("list the datastore: %w", err)
+// watch runs the source's watch from the view's revision. While the view
+// is not synced (a resumed watch) it asks a Progresser for its progress
+// every progressEvery, until the watch reports it has caught up.
+func (v *View) watch(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if p, ok := v.src.(Progresser); ok && !v.Synced() {
+		go func() {
+			t := time.NewTicker(progressEvery)
+			defer t.Stop()
+			for !v.Synced() {
+				p.RequestProgress()
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
 	}
-	v.replace(st)
-	return v.src.Watch(ctx, st.Rev, v.apply)
+	return v.src.Watch(ctx, v.Revision(), v.apply)
 }
 
-// Refresh lists a polled view's source again; on a followed view it only
-// reports whether the view is synced (ErrNotSynced when not).
+// progressEvery is how often a view asks its source for the progress of
+// its watch while it waits for it (a resumed watch, Sync).
+const progressEvery = 100 * time.Millisecond
+
+// Refresh brings the view up to date. A polled view lists its source
+// again. A followed view fails with ErrNotSynced when it is not synced;
+// of a Progresser it then waits until the watch reports every change made
+// before the call (Sync), else it returns at once.
 func (v *View) Refresh(ctx context.Context) error {
 	if !v.polled {
-		if !v.Synced() {
-			return ErrNotSynced
-		}
-		return nil
+		return v.Sync(ctx)
 	}
 	st, err := v.src.List(ctx)
 	if err != nil {
@@ -112,6 +150,44 @@ func (v *View) Refresh(ctx context.Context) error {
 	}
 	v.replace(st)
 	return nil
+}
+
+// Sync waits until a followed view holds every change made to the
+// datastore before the call (the source's watch reported its progress
+// after the call), or ctx ends. It fails with ErrNotSynced when the view is
+// not synced, now or when the progress arrives.
+func (v *View) Sync(ctx context.Context) error {
+	p, ok := v.src.(Progresser)
+	v.mu.RLock()
+	synced, seq := v.synced, v.progress
+	v.mu.RUnlock()
+	if !synced {
+		return ErrNotSynced
+	}
+	if !ok || v.polled {
+		return nil
+	}
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		p.RequestProgress()
+		_, ch := v.Changed()
+		v.mu.RLock()
+		synced, done := v.synced, v.progress > seq+1
+		v.mu.RUnlock()
+		switch {
+		case !synced:
+			return ErrNotSynced
+		case done:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for the watch's progress: %w", ErrNotSynced, ctx.Err())
+		case <-ch:
+		case <-t.C:
+		}
+	}
 }
 
 // Synced reports whether the view holds the datastore's state: it has
@@ -242,8 +318,17 @@ func (v *View) apply(b Batch) {
 			}
 		}
 	}
-	if b.Rev != v.rev || len(b.Events) > 0 {
-		v.rev = b.Rev
+	moved := b.Rev != v.rev || len(b.Events) > 0
+	v.rev = b.Rev
+	if b.Current {
+		v.progress++
+		if !v.synced {
+			// A resumed watch caught up.
+			v.synced, v.lastErr = true, nil
+		}
+		moved = true
+	}
+	if moved {
 		v.bumpLocked()
 	}
 }

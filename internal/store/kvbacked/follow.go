@@ -26,24 +26,44 @@ type revLister interface {
 // whole, decoded from its parts, so following the store reads nothing
 // per change. A Follower is used by one View (one goroutine) at a time.
 type Follower struct {
-	s     *Store
-	l     revLister
-	w     kvWatcher
-	parts map[string]map[string]kv.KeyValue // node -> key -> part
+	s        *Store
+	l        revLister
+	w        progressWatcher
+	progress chan struct{}
+	parts    map[string]map[string]kv.KeyValue // node -> key -> part
+}
+
+// progressWatcher is a kv.Store whose watch reports its progress when
+// asked (etcd).
+type progressWatcher interface {
+	WatchProgress(ctx context.Context, prefix string, after int64, progress <-chan struct{}, fn func(rev int64, evs []etcd.Event)) error
 }
 
 // Follower returns the storeview.Source of s, or false when its kv.Store
 // cannot be listed at a revision and watched (the local file).
 func (s *Store) Follower() (*Follower, bool) {
 	l, ok1 := s.kv.(revLister)
-	w, ok2 := s.kv.(kvWatcher)
+	w, ok2 := s.kv.(progressWatcher)
 	if !ok1 || !ok2 {
 		return nil, false
 	}
-	return &Follower{s: s, l: l, w: w, parts: map[string]map[string]kv.KeyValue{}}, true
+	return &Follower{s: s, l: l, w: w, progress: make(chan struct{}, 1), parts: map[string]map[string]kv.KeyValue{}}, true
 }
 
-var _ storeview.Source = (*Follower)(nil)
+var (
+	_ storeview.Source     = (*Follower)(nil)
+	_ storeview.Progresser = (*Follower)(nil)
+)
+
+// RequestProgress implements storeview.Progresser: the running watch asks
+// etcd for its progress, which etcd answers once the watch has reported
+// every change up to the revision it answers with.
+func (f *Follower) RequestProgress() {
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+}
 
 // List implements storeview.Source: three lists (pools, claims, node
 // objects' parts) at the revision of the first.
@@ -115,14 +135,19 @@ func (f *Follower) List(ctx context.Context) (storeview.State, error) {
 
 // Watch implements storeview.Source: the changes after from, each batch
 // one response of etcd's watch; a batch that changes no pool, claim or
-// node object only moves the revision. A revision etcd compacted away
+// node object only moves the revision, and etcd's answers to progress
+// requests are batches with Current set. A revision etcd compacted away
 // fails with storeview.ErrExpired.
 func (f *Follower) Watch(ctx context.Context, from storeview.Revision, fn func(storeview.Batch)) error {
 	after, err := strconv.ParseInt(string(from), 10, 64)
 	if err != nil || after <= 0 {
 		return fmt.Errorf("%w: kvbacked: watch from revision %q", storeview.ErrExpired, from)
 	}
-	err = f.w.Watch(ctx, "", after, func(rev int64, kevs []etcd.Event) {
+	err = f.w.WatchProgress(ctx, "", after, f.progress, func(rev int64, kevs []etcd.Event) {
+		if kevs == nil {
+			fn(storeview.Batch{Rev: formatRev(rev), Current: true})
+			return
+		}
 		var evs []storeview.Event
 		var touched []string
 		for _, ke := range kevs {
