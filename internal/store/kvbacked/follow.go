@@ -143,7 +143,11 @@ func (f *Follower) Watch(ctx context.Context, from storeview.Revision, fn func(s
 	if err != nil || after <= 0 {
 		return fmt.Errorf("%w: kvbacked: watch from revision %q", storeview.ErrExpired, from)
 	}
-	err = f.w.WatchProgress(ctx, "", after, f.progress, func(rev int64, kevs []etcd.Event) {
+	// From revision from itself, whose changes the view holds already
+	// (applying them again changes nothing): etcd answers a progress
+	// request only for a watch that starts at or before its revision,
+	// and a store nobody writes would otherwise never report progress.
+	err = f.w.WatchProgress(ctx, "", after-1, f.progress, func(rev int64, kevs []etcd.Event) {
 		if kevs == nil {
 			fn(storeview.Batch{Rev: formatRev(rev), Current: true})
 			return
