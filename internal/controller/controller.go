@@ -111,6 +111,9 @@ type Controller struct {
 	viewMu   sync.Mutex
 	sview    *storeview.View
 	viewStop func()
+	// viewSyncWait bounds a pass's wait for the store view
+	// (viewSyncTimeout; tests shorten it).
+	viewSyncWait time.Duration
 	// afterObserve, when set, runs after a pass read its views (tests).
 	afterObserve func()
 
@@ -156,7 +159,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Now = time.Now
 	}
 	c := &Controller{cfg: cfg, log: cfg.Log, m: cfg.Metrics, trigger: make(chan struct{}, 1), usable: map[string]uint64{},
-		releaseWorkers: ReleaseWorkers}
+		releaseWorkers: ReleaseWorkers, viewSyncWait: viewSyncTimeout}
 	c.resetTrackers()
 	v, err := newAPIView(cfg.Client, cfg.Now, c.poke)
 	if err != nil {

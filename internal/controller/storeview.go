@@ -105,10 +105,10 @@ func (c *Controller) stopView() {
 }
 
 // observe brings the view up to date (a polled view lists; a followed
-// view's first list is waited for, bounded by viewSyncTimeout) and returns
+// view's first list is waited for, bounded by viewSyncWait) and returns
 // what the pass decides from, as allocator.Observe would have read it.
 func (c *Controller) observe(ctx context.Context, st store.Store, v *storeview.View) (allocator.Snapshot, error) {
-	sctx, cancel := context.WithTimeout(ctx, viewSyncTimeout)
+	sctx, cancel := context.WithTimeout(ctx, c.viewSyncWait)
 	if !v.Polled() && v.Lists() == 0 {
 		v.WaitSynced(sctx) // its first list, started by this pass
 	}
