@@ -18,6 +18,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
 // viewRig is a rig on etcd whose controller's view of the store reaches
@@ -374,4 +375,37 @@ func (p *viewProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// TestMapSharesStoreView: on etcd the address map served by the
+// controller shows the controller's own view of the store: the passes
+// and the map follow one watch, and the view lists the store once.
+func TestMapSharesStoreView(t *testing.T) {
+	f := passFamilies[1]
+	r := newViewRig(t, time.Minute, f)
+	node := r.node("a")
+	h := r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
+	ctx := context.Background()
+	sv, err := r.c.StoreView(ctx)
+	if err != nil || sv == nil {
+		t.Fatalf("StoreView on etcd: %v, %v", sv, err)
+	}
+	u, err := webui.New(webui.Options{View: sv, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = u.Run(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := r.pass(t0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitCache(func() bool {
+		hs, _, loaded := u.Handles()
+		return loaded && len(hs) == 1 && hs[0].ID == h.ID
+	}, "the map showing the allocation")
+	if r.c.sview != sv || sv.Lists() != 1 {
+		t.Errorf("the pass and the map follow different views, or the view listed %d times", sv.Lists())
+	}
 }
