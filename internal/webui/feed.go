@@ -36,9 +36,6 @@ type follower interface {
 	Follower() (*kvbacked.Follower, bool)
 }
 
-// retryWait is the pause after a failed read or a broken watch.
-const retryWait = time.Second
-
 // pollBackoff spaces polls of a store without a revision or a watch (the
 // Kubernetes API): the next poll starts at least this many times the
 // last poll's duration after it ended, so a slow full read never takes
