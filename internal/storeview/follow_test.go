@@ -18,6 +18,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
@@ -490,5 +491,67 @@ func TestViewSync(t *testing.T) {
 	same(t, v, f.st)
 	if v.Lists() != 1 {
 		t.Errorf("the view listed %d times, want once", v.Lists())
+	}
+}
+
+// TestViewUnreadableObjects: node objects, pools and claims that cannot
+// be decoded are reported as such (Bad), in the first list and from the
+// watch, and leave the view when they are written whole again or
+// deleted; the others are shown.
+func TestViewUnreadableObjects(t *testing.T) {
+	f := newFixture(t)
+	f.allocate(t, "node-a", "ok")
+	kvs, err := etcd.Open(t.Context(), etcd.Config{Endpoints: []string{f.srv.Endpoint}, Prefix: "/views/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvs.Close()
+	put := func(key, val string) int64 {
+		t.Helper()
+		rev, err := kv.TxnRevision(t.Context(), kvs, nil, []kv.Op{{Key: key, Value: []byte(val)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	put("nodes/node-x/head", "{not json")
+	src, _ := f.st.Follower()
+	v := storeview.New(src, nil)
+	run(t, v)
+	waitFor(t, v, "synced", v.Synced)
+	bad := func() []string {
+		var out []string
+		for _, e := range v.Snapshot().Bad {
+			if !errors.Is(e.Err, store.ErrCorrupt) {
+				t.Errorf("%s: %v, want ErrCorrupt", e.What(), e.Err)
+			}
+			out = append(out, e.What())
+		}
+		return out
+	}
+	if got := bad(); len(got) != 1 || got[0] != "node node-x" {
+		t.Fatalf("unreadable after the list: %v, want node node-x", got)
+	}
+	if _, ok := v.Node("node-a"); !ok {
+		t.Fatal("a readable node object is missing beside an unreadable one")
+	}
+	atRevision(t, v, put("pools2/v4", "{garbage"))
+	if got := bad(); len(got) != 2 || got[0] != "node node-x" || got[1] != "pool v4" {
+		t.Fatalf("unreadable after the watch: %v, want node node-x and pool v4", got)
+	}
+	if len(v.Snapshot().Pools) != 1 {
+		t.Errorf("pools in the view: %v, want v6 alone", v.Snapshot().Pools)
+	}
+	if err := kvs.Txn(t.Context(), nil, []kv.Op{{Key: "nodes/node-x/head", Delete: true}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.st.CreateNode(t.Context(), store.Node{Name: "node-y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := kvbacked.VersionRevision(n.Version)
+	atRevision(t, v, rev)
+	if got := bad(); len(got) != 1 || got[0] != "pool v4" {
+		t.Fatalf("unreadable after node-x was deleted: %v, want pool v4", got)
 	}
 }
