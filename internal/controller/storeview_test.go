@@ -16,7 +16,9 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
@@ -408,4 +410,46 @@ func TestMapSharesStoreView(t *testing.T) {
 	if r.c.sview != sv || sv.Lists() != 1 {
 		t.Errorf("the pass and the map follow different views, or the view listed %d times", sv.Lists())
 	}
+}
+
+// TestPassStoreViewUnreadable: while the view holds a node object that
+// cannot be decoded, a pass fails (store.ErrCorrupt) and releases
+// nothing: a reconciler does not decide on a partial view.
+func TestPassStoreViewUnreadable(t *testing.T) {
+	f := passFamilies[0]
+	const grace = time.Minute
+	r := newViewRig(t, grace, f)
+	node := r.node("a")
+	r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
+	kvs, err := etcd.Open(context.Background(), etcd.Config{Endpoints: r.ds.Endpoints, Prefix: r.ds.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvs.Close()
+	if err := kvs.Txn(context.Background(), nil, []kv.Op{{Key: "nodes/" + r.ns + "-x/head", Value: []byte("{not json")}}); err != nil {
+		t.Fatal(err)
+	}
+	before := r.storeStateRaw(kvs)
+	for i := range 2 {
+		if err := r.pass(t0.Add(time.Duration(i) * 2 * grace)); !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("pass %d with an unreadable node object in the view: %v, want store.ErrCorrupt", i, err)
+		}
+	}
+	if after := r.storeStateRaw(kvs); !maps.Equal(before, after) {
+		t.Fatal("a pass on a view with an unreadable object changed the store")
+	}
+}
+
+// storeStateRaw is every key of the store with its version.
+func (r *viewRig) storeStateRaw(kvs kv.Store) map[string]int64 {
+	r.t.Helper()
+	es, err := kvs.List(context.Background(), "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, e := range es {
+		out[e.Key] = e.Version
+	}
+	return out
 }
