@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipkeeper/ipkeeper/internal/config"
+	"github.com/ipkeeper/ipkeeper/internal/storeview"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
@@ -38,6 +39,7 @@ type mapConfig struct {
 	tokenReview bool
 	allow       []string
 	ds          config.Datastore
+	view        *storeview.View // shown instead of ds when set
 	leaks       *MapLeaks
 	client      kubernetes.Interface
 	log         *slog.Logger
@@ -54,7 +56,7 @@ func serveMap(ctx context.Context, mc mapConfig) (stop func(), err error) {
 	if mc.tokenReview && len(mc.allow) == 0 {
 		return nil, errors.New("--map-tokenreview needs --map-allow naming the users or groups that may read the map (every ServiceAccount in the cluster is an authenticated user)")
 	}
-	opts := webui.Options{Datastore: mc.ds, Leaks: mc.leaks, Listen: mc.addr, Token: mc.token, Log: mc.log}
+	opts := webui.Options{Datastore: mc.ds, View: mc.view, Leaks: mc.leaks, Listen: mc.addr, Token: mc.token, Log: mc.log}
 	if mc.tokenReview {
 		opts.Authenticate = newTokenReviewer(mc.client, mc.allow).authenticate
 	}

@@ -2,10 +2,10 @@
 // by comparing the datastore's handles with the Kubernetes API, seen
 // through shared informers for Pods and Nodes.
 //
-// A reconcile pass reads the typed store (docs/STORAGE.md) in three lists
-// — every claim, every node object, every pool (allocator.Observe) —
-// then asks package leaks which handles are leaked given the informers'
-// caches (read after the store, so no handle is newer than the view). A
+// A reconcile pass decides from a view of the typed store (docs/STORAGE.md):
+// every claim, node object and pool, as package storeview holds them, then
+// asks package leaks which handles are leaked given the informers'
+// caches (read after the store view, so no handle is newer than them). A
 // leaked handle is released when a pass finds it leaked at least the grace
 // period after the pass that first did (leaks.Tracker), one node object at
 // a time, each write guarded by the handle's record as that pass read it
@@ -18,10 +18,18 @@
 // object, empty, once seen so for a grace period (allocator.AdoptClaims).
 // Nothing is released before the informers have synced, while a watch of
 // the API failed within the grace period, or while the API does not list
-// pods or nodes, since the caches may then be stale.
+// pods or nodes, since the caches may then be stale; nor while the view of
+// the store is not synced.
 //
-// The store offers no watch: the store is read by polling, once per pass
-// (after pod and node events, and every resync period), never per pod.
+// On etcd the store view is kept by a watch (list once, then follow the
+// changes; storeview.View): a pass first waits until the view holds every
+// write made before it (a progress request on the watch, no read of the
+// store), and what it releases, frees or adopts is read again directly
+// (the node object, the node's claims) and written by compare-and-swap
+// against that read. A change of the view asks for a pass. On the local
+// file and the Kubernetes API the view is polled: the store is listed once
+// per pass (after pod and node events, and every resync period), never
+// per pod.
 //
 // Passes run after pod and node deletions (and pods finishing or changing
 // addresses), when a tracked leak's grace period ends, and every resync
@@ -59,6 +67,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/leaks"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/storeview"
 )
 
 // Config configures a Controller.
@@ -96,6 +105,17 @@ type Controller struct {
 
 	storeMu sync.Mutex
 	store   store.Store // when KeepOpen
+
+	// sview is the view of a store kept open that is followed by its
+	// watch (storeview.go); viewStop stops it.
+	viewMu   sync.Mutex
+	sview    *storeview.View
+	viewStop func()
+	// viewSyncWait bounds a pass's wait for the store view
+	// (viewSyncTimeout; tests shorten it).
+	viewSyncWait time.Duration
+	// afterObserve, when set, runs after a pass read its views (tests).
+	afterObserve func()
 
 	// handles and nodes track candidates across passes, orphans the
 	// claims to adopt; reset for each term of leadership.
@@ -139,7 +159,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Now = time.Now
 	}
 	c := &Controller{cfg: cfg, log: cfg.Log, m: cfg.Metrics, trigger: make(chan struct{}, 1), usable: map[string]uint64{},
-		releaseWorkers: ReleaseWorkers}
+		releaseWorkers: ReleaseWorkers, viewSyncWait: viewSyncTimeout}
 	c.resetTrackers()
 	v, err := newAPIView(cfg.Client, cfg.Now, c.poke)
 	if err != nil {
@@ -172,6 +192,7 @@ func (c *Controller) Ready() bool { return c.ready.Load() && c.view.synced() }
 // Shutdown stops the informers and closes a datastore kept open.
 func (c *Controller) Shutdown() {
 	c.view.shutdown()
+	c.stopView()
 	c.storeMu.Lock()
 	defer c.storeMu.Unlock()
 	if c.store != nil {
@@ -281,7 +302,8 @@ var ErrNotSynced = errors.New("the informers have not listed pods and nodes yet"
 
 // Pass runs one reconcile pass and returns when the next one is due for a
 // pending candidate (zero when none is pending). Before the informers
-// have synced it does nothing and fails with ErrNotSynced.
+// have synced it does nothing and fails with ErrNotSynced; while its view
+// of the datastore is not synced, with ErrStoreNotSynced.
 func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	start := c.cfg.Now()
 	defer func() {
@@ -298,16 +320,22 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		return time.Time{}, fmt.Errorf("open datastore: %w", err)
 	}
 	defer done()
+	// Releases read what they change afresh (the allocator remembers no
+	// object from the view) and write it by compare-and-swap.
 	a := allocator.New(st, c.log)
 	c.paused() // a pause before this pass: no confirmation from before it counts
 
-	// The store first, then the view: no handle is newer than the view.
-	snap, err := a.Observe(ctx)
+	// The store first, then the API's view: no handle is newer than it.
+	sv := c.storeView(st)
+	snap, err := c.observe(ctx, st, sv)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the datastore: %w", err)
 	}
 	now := c.cfg.Now()
 	view := c.view.snapshot()
+	if c.afterObserve != nil {
+		c.afterObserve()
+	}
 	hs := make([]ipam.Handle, len(snap.Handles))
 	for i, o := range snap.Handles {
 		hs[i] = o.Handle
@@ -340,6 +368,13 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	adopt, nextAdopt := c.orphans.Observe(now, orphanKeys(snap.Orphans, gone))
 	next = earliest(next, nextAdopt)
 
+	if !sv.Synced() && (len(confirmed) > 0 || len(goneNodes) > 0 || len(adopt) > 0) {
+		// Its watch failed since the pass read it.
+		c.log.Warn("not releasing: the view of the datastore is not synced", "err", sv.Err(),
+			"confirmed", len(confirmed), "nodes", len(goneNodes), "adopt", len(adopt))
+		confirmed, goneNodes, adopt = nil, nil, nil
+		next = earliest(next, now.Add(max(time.Second, c.cfg.LeakGrace/4)))
+	}
 	if len(confirmed) > 0 || len(goneNodes) > 0 {
 		if why := c.stale(ctx, now); why != "" {
 			c.log.Warn("not releasing: the API view may be stale", "why", why, "confirmed", len(confirmed), "nodes", len(goneNodes))

@@ -247,8 +247,14 @@ func (o Options) startMap(ctx context.Context, c *Controller, ds config.Datastor
 	if err != nil {
 		return nil, err
 	}
+	// On etcd the map shows the controller's view of the store: one watch
+	// for both.
+	sv, err := c.StoreView(ctx)
+	if err != nil {
+		log.Warn("the address map reads the datastore on its own: the controller's view of it did not start", "err", err)
+	}
 	return serveMap(ctx, mapConfig{addr: o.MapAddr, token: token, tokenReview: o.MapTokenReview,
-		allow: o.MapAllow, ds: ds, leaks: ml, client: client, log: log})
+		allow: o.MapAllow, ds: ds, view: sv, leaks: ml, client: client, log: log})
 }
 
 // lead stands for election of the Lease until ctx ends and reconciles

@@ -45,9 +45,11 @@
 // object at a version the mirror holds is not decoded again, and within a
 // changed one only the blocks and records that differ are replaced.
 //
-// etcd is read once and then followed with kvbacked's typed watch from the
-// revision read before (a broken watch is followed by a fresh read,
-// diffed against the mirror). The local store holds a file lock while
+// etcd is followed by a storeview.View (listed once at one revision, then
+// kept by its watch, resumed after a break, listed again only when its
+// revision was compacted away); each change of the view is diffed into the
+// mirror by version. Served by the controller, the map shows the
+// controller's own view (Options.View). The local store holds a file lock while
 // open, so it is opened only to read it: when inotify reports a write to
 // its file (at most once a second) or, polled every second, its
 // modification time, size or inode changed; an unchanged revision ends

@@ -16,6 +16,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
+	"github.com/ipkeeper/ipkeeper/internal/storeview"
 )
 
 // A feed fills the model and keeps it current until ctx ends.
@@ -29,15 +30,11 @@ type revisioner interface {
 	Revision(ctx context.Context) (int64, error)
 }
 
-// watcher is a store that streams its changes (kvbacked on etcd).
-type watcher interface {
-	revisioner
-	Watchable() bool
-	Watch(ctx context.Context, after int64, fn func(rev int64, evs []kvbacked.Event)) error
+// follower is a store a storeview.View can follow by its watch
+// (kvbacked on etcd; on the local file it reports false).
+type follower interface {
+	Follower() (*kvbacked.Follower, bool)
 }
-
-// retryWait is the pause after a failed read or a broken watch.
-const retryWait = time.Second
 
 // pollBackoff spaces polls of a store without a revision or a watch (the
 // Kubernetes API): the next poll starts at least this many times the
@@ -54,6 +51,9 @@ func openStore(ctx context.Context, ds config.Datastore) (store.Store, error) {
 // feed picks how to follow the datastore; the returned func closes what
 // it opened.
 func (u *UI) feed(ctx context.Context) (feed, func(), error) {
+	if u.opts.View != nil {
+		return &viewFeed{v: u.opts.View, m: u.m}, func() {}, nil
+	}
 	if u.opts.Store != nil {
 		return u.feedOn(u.opts.Store), func() {}, nil
 	}
@@ -73,11 +73,13 @@ func (u *UI) feed(ctx context.Context) (feed, func(), error) {
 	return u.feedOn(st), func() { _ = st.Close() }, nil
 }
 
-// feedOn follows st, which stays open: by its watch when it has one, else
-// by polling it.
+// feedOn follows st, which stays open: by a view kept by its watch when
+// it has one, else by polling it.
 func (u *UI) feedOn(st store.Store) feed {
-	if w, ok := st.(watcher); ok && w.Watchable() {
-		return &watchFeed{st: st, w: w, m: u.m}
+	if f, ok := st.(follower); ok {
+		if src, ok := f.Follower(); ok {
+			return &viewFeed{v: storeview.New(src, u.opts.Log), own: true, m: u.m}
+		}
 	}
 	return &pollFeed{open: func(context.Context) (store.Store, error) { return st, nil }, keep: true, m: u.m, every: u.opts.PollInterval}
 }
@@ -215,41 +217,62 @@ func (f *pollFeed) load(ctx context.Context) error {
 	return nil
 }
 
-// watchFeed reads the whole state once, at a revision taken before the
-// reads, then applies the etcd watch from that revision (events the reads
-// already saw are ignored by version). A broken watch is followed by a
-// fresh full read, which the mirror diffs, so nothing is missed.
-type watchFeed struct {
-	st store.Store
-	w  watcher
-	m  *model
+// viewFeed mirrors a storeview.View (kept by the datastore's watch): at
+// each change of the view the mirror takes its objects, decoding again
+// only node objects at another version than it holds (model.replace). A
+// view that is not synced shows its error. With own set the feed runs the
+// view; otherwise someone else does (the controller, Options.View).
+type viewFeed struct {
+	v   *storeview.View
+	own bool
+	m   *model
 }
 
-func (f *watchFeed) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := f.once(ctx)
-		if ctx.Err() != nil {
-			return
+func (f *viewFeed) run(ctx context.Context) {
+	if f.own {
+		go f.v.Run(ctx)
+	}
+	var shown uint64
+	loaded := false
+	for {
+		gen, ch := f.v.Changed()
+		if f.v.Lists() > 0 && (!loaded || gen != shown) {
+			f.load()
+			shown, loaded = gen, true
 		}
-		f.m.setStatus(err)
+		switch err := f.v.Err(); {
+		case f.v.Synced():
+			f.m.setStatus(nil)
+		case err != nil:
+			f.m.setStatus(err)
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(retryWait):
+			return
+		case <-ch:
 		}
 	}
 }
 
-func (f *watchFeed) once(ctx context.Context) error {
-	rev, err := f.w.Revision(ctx)
-	if err != nil {
-		return err
+// load makes the mirror the view's objects.
+func (f *viewFeed) load() {
+	vs := f.v.Snapshot()
+	have := f.m.nodeVersions()
+	s := snapshot{pools: vs.Pools, claims: vs.Claims, nodes: make([]kvbacked.ScannedNode, 0, len(vs.Nodes)+len(vs.Bad))}
+	s.rev, _ = kvbacked.RevisionOf(vs.Rev)
+	for _, n := range vs.Nodes {
+		h, ok := have[n.Name]
+		s.nodes = append(s.nodes, kvbacked.ScannedNode{Name: n.Name, Version: n.Version, Node: n, Decoded: !ok || h != n.Version})
 	}
-	s, err := readSnapshot(ctx, f.st, f.m.nodeVersions())
-	if err != nil {
-		return err
+	for _, e := range vs.Bad {
+		switch e.Kind {
+		case storeview.KindNode:
+			s.nodes = append(s.nodes, kvbacked.ScannedNode{Name: e.Node.Name, Version: e.Node.Version, Err: e.Err})
+		case storeview.KindPool:
+			s.bad = append(s.bad, badObject{what: poolWhat(e.Pool.Spec.Name), err: e.Err})
+		case storeview.KindClaim:
+			s.bad = append(s.bad, badObject{what: claimWhat(e.Claim.BlockRef), err: e.Err})
+		}
 	}
-	s.rev = rev
 	f.m.replace(s)
-	f.m.setStatus(nil)
-	return f.w.Watch(ctx, rev, f.m.apply)
 }

@@ -120,7 +120,7 @@ func TestEtcdLive(t *testing.T) {
 	defer st.Close()
 	fillFixture(t, st)
 	s := startUI(t, Options{Datastore: ds})
-	if _, ok := s.u.currentFeed().(*watchFeed); !ok {
+	if _, ok := s.u.currentFeed().(*viewFeed); !ok {
 		t.Fatalf("the map follows etcd by %T, want its watch", s.u.currentFeed())
 	}
 	var ov overview

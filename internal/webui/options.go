@@ -14,6 +14,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/storeview"
 )
 
 // ErrNeedToken means the map would listen on an address other than
@@ -69,6 +70,10 @@ type Options struct {
 	// when it can be (kvbacked on etcd), else listed every PollInterval.
 	// It is not closed.
 	Store store.Store
+	// View, when set, is shown instead of Datastore and Store: a view of
+	// the datastore someone else runs (the controller's, kept by the etcd
+	// watch).
+	View *storeview.View
 	// Leaks provides leak candidates; nil shows none.
 	Leaks LeakSource
 	// Listen is the address the map is served on (host:port). When its

@@ -293,6 +293,30 @@ func (s *Store) List(ctx context.Context, prefix string) ([]kv.KeyValue, error) 
 	}
 }
 
+// ListAt returns every entry under prefix read at revision rev (0: the
+// current one) and the revision it was read at, so that several prefixes
+// can be read at one revision and watched from it. A rev compacted away
+// fails with ErrWatchCompacted.
+func (s *Store) ListAt(ctx context.Context, prefix string, rev int64) ([]kv.KeyValue, int64, error) {
+	full := s.full(prefix)
+	req := rangeRequest{Key: full, RangeEnd: prefixEnd(full), Limit: pageSize, Revision: rev, Serializable: s.serial}
+	var resp rangeResponse
+	err := s.c.call(ctx, methodRange, req, &resp)
+	if err == nil {
+		if rev == 0 {
+			rev = resp.Revision
+		}
+		var out []kv.KeyValue
+		if out, err = s.pages(ctx, s.serial, full, rev, resp); err == nil {
+			return out, rev, nil
+		}
+	}
+	if err = readErr(err); errors.Is(err, errCompacted) {
+		return nil, 0, fmt.Errorf("%w: %w", ErrWatchCompacted, err)
+	}
+	return nil, 0, err
+}
+
 func (s *Store) list(ctx context.Context, prefix string) ([]kv.KeyValue, error) {
 	full := s.full(prefix)
 	req := rangeRequest{Key: full, RangeEnd: prefixEnd(full), Limit: pageSize, Serializable: s.serial}

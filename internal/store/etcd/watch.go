@@ -62,6 +62,21 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 // The watch is one call of etcd's Watch service, a gRPC stream on the
 // HTTP/2 connection the unary calls use, with the same TLS configuration.
 func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(rev int64, evs []Event)) error {
+	return s.watch(ctx, prefix, after, nil, fn)
+}
+
+// WatchProgress is Watch that also asks etcd for the watch's progress
+// each time a value is received from progress, and reports etcd's answer
+// as fn(rev, nil): every change up to rev has been reported. etcd answers
+// only once the watch has caught up with its history (a request made
+// before is dropped: ask again), and may report progress unasked.
+func (s *Store) WatchProgress(ctx context.Context, prefix string, after int64, progress <-chan struct{},
+	fn func(rev int64, evs []Event)) error {
+	return s.watch(ctx, prefix, after, progress, fn)
+}
+
+func (s *Store) watch(ctx context.Context, prefix string, after int64, progress <-chan struct{},
+	fn func(rev int64, evs []Event)) error {
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -79,7 +94,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 		}
 		return err
 	}
-	body := newOpenBody(ctx, encodeWatchCreate(full, prefixEnd(full), after+1))
+	body := newOpenBody(ctx, encodeWatchCreate(full, prefixEnd(full), after+1), progress)
 	defer body.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.base+methodWatch, body)
 	if err != nil {
@@ -121,6 +136,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, after int64, fn func(r
 			return fail(fmt.Errorf("etcd %s: watch canceled: %s", ep.name, wr.CancelReason))
 		}
 		if len(wr.Events) == 0 {
+			if progress != nil && !wr.Created && wr.Revision > 0 {
+				fn(wr.Revision, nil)
+			}
 			continue
 		}
 		evs, err := s.events(wr.Events)
@@ -164,20 +182,21 @@ func streamEnd(ep *endpoint, code int, msg string) error {
 	return classifyStatus(ep, http.StatusOK, code, msg).err
 }
 
-// openBody is the body of a watch request: the create request, then
-// nothing until it is closed or its context ends, so the stream's send
-// side stays open while the watch lasts, as a gRPC client's does. The
-// transport closes it when the stream ends; reading it never blocks the
-// end of the call.
+// openBody is the body of a watch request: the create request, then a
+// progress request for each value received from progress, until it is
+// closed or its context ends, so the stream's send side stays open while
+// the watch lasts, as a gRPC client's does. The transport closes it when
+// the stream ends; reading it never blocks the end of the call.
 type openBody struct {
-	ctx  context.Context
-	msg  *bytes.Reader
-	done chan struct{}
-	once sync.Once
+	ctx      context.Context
+	msg      *bytes.Reader
+	progress <-chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
-func newOpenBody(ctx context.Context, msg []byte) *openBody {
-	return &openBody{ctx: ctx, msg: bytes.NewReader(msg), done: make(chan struct{})}
+func newOpenBody(ctx context.Context, msg []byte, progress <-chan struct{}) *openBody {
+	return &openBody{ctx: ctx, msg: bytes.NewReader(msg), progress: progress, done: make(chan struct{})}
 }
 
 func (b *openBody) Read(p []byte) (int, error) {
@@ -187,6 +206,9 @@ func (b *openBody) Read(p []byte) (int, error) {
 	select {
 	case <-b.ctx.Done():
 	case <-b.done:
+	case <-b.progress:
+		b.msg = bytes.NewReader(encodeWatchProgress())
+		return b.msg.Read(p)
 	}
 	return 0, io.EOF
 }

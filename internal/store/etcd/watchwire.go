@@ -29,6 +29,12 @@ func encodeWatchCreate(key, rangeEnd string, start int64) []byte {
 	return frame(b)
 }
 
+// encodeWatchProgress returns the gRPC frame of a WatchRequest asking
+// for the progress of the stream's watches (progress_request).
+func encodeWatchProgress() []byte {
+	return frame(appendBytes(make([]byte, 5, 7), 3, nil))
+}
+
 // watchEvent is an mvccpb.Event.
 type watchEvent struct {
 	Delete bool
