@@ -28,12 +28,12 @@ var ErrRecord = errors.New("bad handle record")
 
 // Record keys, in the order a record writes them.
 const (
-	keyNode  = "node"
-	keyAtt   = "att"
-	keyNetNS = "netns"
-	keyNS    = "ns"
-	keyPod   = "pod"
-	keyUID   = "uid"
+	keyNode   = "node"
+	keyAtt    = "att"
+	keyNetNS  = "netns"
+	keyNS     = "ns"
+	keyPod    = "pod"
+	keyUID    = "uid"
 	keyAt     = "at"
 	keySticky = "sticky"
 	keyParked = "parked"
