@@ -119,7 +119,7 @@ func (a *Allocator) AllocateSticky(ctx context.Context, req Request) (ipam.Handl
 			switch {
 			case o.Handle.ID == req.Handle.ID:
 				mine = true
-			case !o.Handle.IsParked():
+			case !o.Handle.IsParked() && (req.Handle.PodUID == "" || o.Handle.PodUID != req.Handle.PodUID):
 				return ipam.Handle{}, heldErr(o.Handle)
 			default:
 				parked = append(parked, o)
@@ -129,8 +129,9 @@ func (a *Allocator) AllocateSticky(ctx context.Context, req Request) (ipam.Handl
 			return a.Allocate(ctx, req) // a repeated ADD: as stored
 		}
 		if len(parked) > 0 {
-			// The newest reservation: older ones, if a crash left any, are
-			// the controller's to free.
+			// The newest reservation (or an earlier sandbox of the same
+			// pod, whose runtime starts one sandbox at a time): older
+			// ones, if a crash left any, are the controller's to free.
 			h, err := a.rehome(ctx, req, parked[len(parked)-1])
 			if errors.Is(err, ErrHandleChanged) || errors.Is(err, store.ErrConflict) {
 				continue
