@@ -286,20 +286,17 @@ func (a *Allocator) rehome(ctx context.Context, req Request, old Observed) (ipam
 // is. It returns the addresses freed or parked and whether they were
 // parked.
 func (a *Allocator) ReleaseOrPark(ctx context.Context, node, id string) ([]netip.Addr, bool, error) {
-	if store.ValidName("node", node) != nil {
-		return nil, false, nil
+	freed, err := a.releaseKeeping(ctx, node, id, true)
+	if !errors.Is(err, errSticky) {
+		return freed, false, err
 	}
 	own, err := a.readNode(ctx, node)
 	if err != nil {
 		return nil, false, err
 	}
 	h, parts, found, err := a.handleParts(ctx, own, id)
-	if err != nil {
+	if err != nil || !found {
 		return nil, false, err
-	}
-	if !found || h.Sticky == "" {
-		freed, err := a.Release(ctx, node, id)
-		return freed, false, err
 	}
 	at := a.Now().UTC()
 	err = a.ParkObserved(ctx, Observed{Handle: h, Parts: parts}, at)
