@@ -224,7 +224,11 @@ func (a *Agent) ownNode(ctx context.Context) (*podinfo.Node, error) {
 
 // object is the podinfo form of an object's metadata.
 func object(m *metav1.ObjectMeta) podinfo.Object {
-	return podinfo.Object{Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), Labels: m.Labels, Annotations: m.Annotations}
+	o := podinfo.Object{Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), Labels: m.Labels, Annotations: m.Annotations}
+	if r := metav1.GetControllerOfNoCopy(m); r != nil {
+		o.Owner = &podinfo.Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: string(r.UID)}
+	}
+	return o
 }
 
 // apiError wraps an API error in the podinfo sentinel the plugin's direct

@@ -83,7 +83,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 		if found {
 			// What an ADD that stopped between its writes left: release it
 			// and allocate anew (that ADD never returned an address).
-			if _, err := a.release(ctx, node, id); err != nil {
+			if _, err := a.release(ctx, node, id, false); err != nil {
 				return ipam.Handle{}, err
 			}
 			return ipam.Handle{}, fmt.Errorf("%w: partial handle %q released", store.ErrConflict, id)
@@ -154,7 +154,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 		if _, err := a.writeNode(ctx, al.lenders[l]); err != nil {
 			// Undo: the handle's own part and loans, and any lender
 			// already written. A conflict then redoes the allocation.
-			if _, uerr := a.release(ctx, node, id); uerr != nil {
+			if _, uerr := a.release(ctx, node, id, false); uerr != nil {
 				return ipam.Handle{}, errors.Join(err, fmt.Errorf("undoing the allocation: %w", uerr))
 			}
 			return ipam.Handle{}, err

@@ -19,6 +19,16 @@ import (
 // and the loan dropped last, so that a release that stops half way still
 // names what is left.
 func (a *Allocator) Release(ctx context.Context, node, id string) ([]netip.Addr, error) {
+	return a.releaseKeeping(ctx, node, id, false)
+}
+
+// errSticky: the handle to release has a sticky identity and the caller
+// keeps such handles (ReleaseOrPark); nothing was written.
+var errSticky = errors.New("sticky handle")
+
+// releaseKeeping is Release; with keepSticky a handle with a sticky
+// identity is left alone, with errSticky, before anything is written.
+func (a *Allocator) releaseKeeping(ctx context.Context, node, id string, keepSticky bool) ([]netip.Addr, error) {
 	if store.ValidName("node", node) != nil {
 		return nil, nil // no object can hold it
 	}
@@ -28,7 +38,7 @@ func (a *Allocator) Release(ctx context.Context, node, id string) ([]netip.Addr,
 		// An attempt that freed a lender's part and then conflicted on the
 		// node's own object keeps what it freed: the retry does not find
 		// that part again.
-		got, err := a.release(ctx, node, id)
+		got, err := a.release(ctx, node, id, keepSticky)
 		freed = append(freed, got...)
 		if err == nil && len(freed) == 0 {
 			got, err = a.releaseUnaffine(ctx, id)
@@ -70,7 +80,7 @@ func (a *Allocator) releaseUnaffine(ctx context.Context, id string) ([]netip.Add
 
 // release frees what it can of handle id and returns what it freed, also
 // when it then fails.
-func (a *Allocator) release(ctx context.Context, node, id string) (freed []netip.Addr, err error) {
+func (a *Allocator) release(ctx context.Context, node, id string, keepSticky bool) (freed []netip.Addr, err error) {
 	// The object as last seen (the plugin's open read it a moment ago) is
 	// used when it names the handle: the write is a compare-and-swap on
 	// its version, so a stale copy conflicts and is read again. That it
@@ -81,6 +91,9 @@ func (a *Allocator) release(ctx context.Context, node, id string) (freed []netip
 			return nil, err
 		}
 	}
+	if r, ok := own.Handle(id); ok && keepSticky && r.Sticky != "" {
+		return nil, errSticky
+	}
 	for _, l := range own.LendersOf(id) {
 		ln, err := a.store.GetNode(ctx, l)
 		if errors.Is(err, store.ErrNotFound) {
@@ -89,8 +102,12 @@ func (a *Allocator) release(ctx context.Context, node, id string) (freed []netip
 		if err != nil {
 			return freed, storeErr(err)
 		}
-		if r, ok := ln.Handle(id); !ok || r.Node != node {
+		r, ok := ln.Handle(id)
+		if !ok || r.Node != node {
 			continue
+		}
+		if keepSticky && r.Sticky != "" && len(freed) == 0 {
+			return nil, errSticky
 		}
 		ln, ips := nodealloc.Release(ln, id)
 		if _, err := a.writeNode(ctx, ln); err != nil {

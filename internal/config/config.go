@@ -135,6 +135,11 @@ type IPAM struct {
 	DNS         DNS
 	// StrictAffinity forbids borrowing addresses from other nodes' blocks.
 	StrictAffinity bool
+	// Sticky is ipam.sticky: the addresses of a StatefulSet's pod or a
+	// virtual machine's launcher pod stay reserved for it when the pod
+	// goes away (the annotation ipkeeper.io/sticky on the pod or its
+	// namespace decides before it).
+	Sticky bool
 	// NetworkName is whereabouts' "network_name" (pool namespace), may be empty.
 	NetworkName string
 	// Exclude is ipam.exclude as given (masked). With ranges each entry is also

@@ -23,6 +23,7 @@ type rawIPAM struct {
 	IPv6BlockSize  json.RawMessage `json:"ipv6BlockSize"`
 	Exclude        json.RawMessage `json:"exclude"`
 	StrictAffinity json.RawMessage `json:"strictAffinity"`
+	Sticky         json.RawMessage `json:"sticky"`
 	DNS            json.RawMessage `json:"dns"`
 	Kubernetes     json.RawMessage `json:"kubernetes"`
 
@@ -201,6 +202,14 @@ func ipamOptions(ri *rawIPAM, out *IPAM, env environment) error {
 	if present(ri.StrictAffinity) {
 		if out.StrictAffinity, err = boolean(ri.StrictAffinity, "ipam.strictAffinity"); err != nil {
 			return err
+		}
+	}
+	if present(ri.Sticky) {
+		if out.Sticky, err = boolean(ri.Sticky, "ipam.sticky"); err != nil {
+			return err
+		}
+		if out.Sticky && !out.PodAware() {
+			return invalid("ipam.sticky", "needs ipam.kubernetes: whether a pod is a StatefulSet's or a virtual machine's is read from the Kubernetes API")
 		}
 	}
 	if present(ri.NetworkName) {

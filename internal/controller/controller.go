@@ -84,6 +84,9 @@ type Config struct {
 	LeakGrace time.Duration
 	// Resync is the period of full passes.
 	Resync time.Duration
+	// StickyTTL is how long a sticky reservation outlives its pod when its
+	// identity does not end first (DefaultStickyTTL when zero).
+	StickyTTL time.Duration
 	// Debounce is how long a pass waits after an event that triggered it,
 	// so that a burst of deletions makes one pass (default 500ms).
 	Debounce time.Duration
@@ -122,6 +125,7 @@ type Controller struct {
 	handles leaks.Tracker
 	nodes   leaks.Tracker
 	orphans leaks.Tracker
+	sticky  stickyState
 	usable  map[string]uint64 // pool definition -> usable addresses
 	// poolHist is what the pool metrics keep between passes.
 	poolHist poolHistory
@@ -259,6 +263,7 @@ func (c *Controller) resetTrackers() {
 	c.handles = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.nodes = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.orphans = leaks.Tracker{Grace: c.cfg.LeakGrace}
+	c.resetSticky()
 	c.stallsSeen = c.guard.count()
 }
 
@@ -340,7 +345,7 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	for i, o := range snap.Handles {
 		hs[i] = o.Handle
 	}
-	found := leaks.Find(hs, view)
+	found, stickyLeaks := withoutSticky(leaks.Find(hs, view))
 	keys := make([]string, len(found))
 	leakOf := make(map[string]leaks.Leak, len(found))
 	for i, l := range found {
@@ -407,6 +412,7 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 	if err := ctx.Err(); err != nil {
 		return next, err
 	}
+	next = earliest(next, c.stickyPass(ctx, a, snap.Handles, stickyLeaks, now))
 	c.poolMetrics(snap, now)
 	return next, nil
 }

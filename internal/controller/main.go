@@ -40,6 +40,7 @@ type Options struct {
 	Kubeconfig     string
 	ConfigFile     string
 	LeakGrace      time.Duration
+	StickyTTL      time.Duration
 	Resync         time.Duration
 	MetricsAddr    string
 	LeaderElect    bool
@@ -70,6 +71,7 @@ func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&o.DatastoreKubeconfig, "datastore-kubeconfig", "", "kubeconfig of a kubernetes datastore in another cluster (default: IPKEEPER_DATASTORE_KUBECONFIG without --config, else --kubeconfig's, else in-cluster)")
 	fs.DurationVar(&o.LeakGrace, "leak-grace", time.Minute, "how long an allocation must be seen leaked (and a node gone) before it is released")
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of full reconcile passes")
+	fs.DurationVar(&o.StickyTTL, "sticky-ttl", DefaultStickyTTL, "how long a sticky address stays reserved for a StatefulSet pod or virtual machine without a pod, when its StatefulSet or VirtualMachine does not end it first")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":9273", "address serving /metrics, /healthz and /readyz (empty: none)")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "reconcile only while holding the Lease "+LeaseName)
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", ns, "namespace of the leader-election Lease (the default is $POD_NAMESPACE when set)")
@@ -195,6 +197,9 @@ func (o Options) check() error {
 	if o.LeakGrace < 0 {
 		return fmt.Errorf("--leak-grace %v: must not be negative", o.LeakGrace)
 	}
+	if o.StickyTTL < 0 {
+		return fmt.Errorf("--sticky-ttl %v: must not be negative", o.StickyTTL)
+	}
 	if o.Resync <= 0 {
 		return fmt.Errorf("--resync %v: must be positive", o.Resync)
 	}
@@ -229,6 +234,7 @@ func (o Options) controller(ds config.Datastore, client kubernetes.Interface, m 
 		Open:      func(ctx context.Context) (store.Store, error) { return datastore.Open(ctx, ds, datastore.Options{}) },
 		KeepOpen:  ds.Type == config.DatastoreEtcd || ds.Type == config.DatastoreKubernetes,
 		LeakGrace: o.LeakGrace,
+		StickyTTL: o.StickyTTL,
 		Resync:    o.Resync,
 		Log:       log,
 		Metrics:   m,

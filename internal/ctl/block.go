@@ -22,6 +22,10 @@ type allocView struct {
 	Pod       string    `json:"pod,omitempty"`
 	Node      string    `json:"node,omitempty"`
 	Created   time.Time `json:"created,omitzero"`
+	// Sticky is the identity the address stays reserved for; Parked is
+	// when its pod went away (zero while one uses it).
+	Sticky string    `json:"sticky,omitempty"`
+	Parked time.Time `json:"parked,omitzero"`
 	// NoRecord is set when the handle the block names does not exist.
 	NoRecord bool `json:"noRecord,omitempty"`
 }
@@ -60,6 +64,7 @@ func (v blocksView) table(w io.Writer) {
 			if a.NoRecord {
 				h += " (no record)"
 			}
+			h += stickyNote(a.Sticky, a.Parked)
 			row(w, a.Addr, h, podName(a.Namespace, a.Pod), dash(a.Node), since(a.Created))
 		}
 	}
@@ -165,6 +170,7 @@ func describeBlock(p ipam.Pool, cb claimedBlock) blockView {
 			av.NoRecord = true
 		} else {
 			av.Namespace, av.Pod, av.Node, av.Created = rec.Namespace, rec.Pod, rec.Node, rec.Created
+			av.Sticky, av.Parked = rec.Sticky, rec.Parked
 		}
 		v.Allocations = append(v.Allocations, av)
 	}

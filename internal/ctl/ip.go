@@ -29,11 +29,27 @@ type handleView struct {
 	Pod         string    `json:"pod,omitempty"`
 	PodUID      string    `json:"podUID,omitempty"`
 	Created     time.Time `json:"created,omitzero"`
+	// Sticky is the identity the addresses stay reserved for; Parked is
+	// when its pod went away (zero while one uses them).
+	Sticky string    `json:"sticky,omitempty"`
+	Parked time.Time `json:"parked,omitzero"`
 }
 
 func newHandleView(h ipam.Handle) *handleView {
 	return &handleView{ID: h.ID, Network: h.Network, ContainerID: h.ContainerID, IfName: h.IfName, Node: h.Node,
-		NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Created: h.Created}
+		NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Created: h.Created, Sticky: h.Sticky, Parked: h.Parked}
+}
+
+// stickyNote is what a table adds to a handle of a sticky identity: the
+// identity, and since when no pod holds it.
+func stickyNote(sticky string, parked time.Time) string {
+	switch {
+	case sticky == "":
+		return ""
+	case parked.IsZero():
+		return " (sticky " + sticky + ")"
+	}
+	return " (sticky " + sticky + ", reserved, no pod since " + since(parked) + ")"
 }
 
 // Address states of ip show.
@@ -70,6 +86,7 @@ func (v ipView) table(w io.Writer) {
 		}
 		if h.Handle != nil {
 			pod, node, created = podName(h.Handle.Namespace, h.Handle.Pod), dash(h.Handle.Node), since(h.Handle.Created)
+			handle += stickyNote(h.Handle.Sticky, h.Handle.Parked)
 		}
 		row(w, v.Addr, h.Pool, h.Block, h.State, handle, pod, node, created)
 	}

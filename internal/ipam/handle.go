@@ -25,8 +25,17 @@ type Handle struct {
 	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
 	PodUID    string `json:"podUID,omitempty"`
+	// Sticky is the identity the addresses stay reserved for when its pod
+	// goes away (StickyID.String: "<kind>/<namespace>/<name>"); "" for an
+	// address freed on DEL.
+	Sticky string `json:"sticky,omitempty"`
 	// Created is when the addresses were allocated.
 	Created time.Time `json:"created"`
+	// Parked is when the DEL of a sticky handle's attachment (or the
+	// controller, its pod gone) kept its addresses reserved for its
+	// identity instead of freeing them: the record holds them for no live
+	// container. Zero while an attachment uses them.
+	Parked time.Time `json:"parked,omitzero"`
 	// IPs are the handle's addresses, one per requested range set.
 	IPs []HandleIP `json:"ips"`
 }

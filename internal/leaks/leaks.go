@@ -33,6 +33,9 @@
 //     follows is leaked (OldSandbox), unless one of its addresses is in
 //     the pod's status.podIPs. The newest handle is never leaked by this
 //     rule.
+//   - A parked sticky reservation (ipam.Handle.IsParked) is nobody's
+//     leak: it is kept for its identity until the controller frees it
+//     (the StatefulSet or virtual machine is gone, or its TTL passed).
 //   - While the API lists no Node at all, no handle is leaked for its node
 //     being gone (an empty list is more likely a broken view than a
 //     cluster without nodes).
@@ -121,6 +124,11 @@ func Find(hs []ipam.Handle, c Cluster) []Leak {
 	nodes := c.NodeCount()
 	var out []Leak
 	for _, h := range hs {
+		if h.IsParked() {
+			// A sticky reservation: held for its identity, not for a pod;
+			// the controller's sticky lifecycle frees it.
+			continue
+		}
 		if l, ok := check(h, c, nodes, newest); ok {
 			out = append(out, l)
 		}

@@ -187,3 +187,21 @@ func TestCheckHasNoSandboxRule(t *testing.T) {
 		t.Error("Check: gone pod not leaked")
 	}
 }
+
+// TestFindSkipsParkedReservations: a parked sticky reservation is no
+// pod's leak (the controller's sticky lifecycle frees it); a live sticky
+// allocation of a gone pod is found like any other.
+func TestFindSkipsParkedReservations(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			parked := handle("c1", "db", "pg-0", "u1", t0, f.a1)
+			parked.Sticky, parked.Parked = "pod/db/pg-0", t0.Add(time.Minute)
+			live := handle("c2", "db", "pg-1", "u2", t0, f.a2)
+			live.Sticky = "pod/db/pg-1"
+			ls := Find([]ipam.Handle{parked, live}, NewSnapshot(nil, []string{"node-a"}))
+			if len(ls) != 1 || ls[0].Handle.ID != live.ID || ls[0].Reason != PodGone {
+				t.Fatalf("%+v", ls)
+			}
+		})
+	}
+}

@@ -189,11 +189,12 @@ func ReleaseObserved(n store.Node, observed ipam.Handle) (store.Node, []ipam.Han
 	return c, freed, nil
 }
 
-// Same reports whether two records are one allocation: same handle,
-// container, pod, creation time and addresses.
+// Same reports whether two records are one allocation in one state: same
+// handle, container, pod, creation time, addresses, sticky identity and
+// parking.
 func Same(a, b ipam.Handle) bool {
 	return a.ID == b.ID && a.ContainerID == b.ContainerID && a.Node == b.Node && a.PodUID == b.PodUID &&
-		a.Created.Equal(b.Created) && slices.Equal(a.IPs, b.IPs)
+		a.Created.Equal(b.Created) && slices.Equal(a.IPs, b.IPs) && a.Sticky == b.Sticky && a.Parked.Equal(b.Parked)
 }
 
 // Rename moves the record of handle old, as observed, to handle next: its

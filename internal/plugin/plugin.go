@@ -242,7 +242,17 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		for _, set := range sets {
 			req.Sets = append(req.Sets, set.Names())
 		}
-		h, err := s.alloc.Allocate(ctx, req)
+		sticky, isSticky, err := pa.info.StickyIdentity(s.conf.Sticky)
+		if err != nil {
+			return err
+		}
+		var h ipam.Handle
+		if isSticky {
+			req.Handle.Sticky = sticky.String()
+			h, err = s.alloc.AllocateSticky(ctx, req)
+		} else {
+			h, err = s.alloc.Allocate(ctx, req)
+		}
 		if errors.Is(err, allocator.ErrExhausted) {
 			// A full pool: an earlier sandbox of this pod may hand its
 			// addresses over (see takeover.go).
@@ -254,7 +264,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
-		p.Log.Info("allocated", "handle", h.ID, "node", h.Node, "ips", fmt.Sprint(h.IPs))
+		p.Log.Info("allocated", "handle", h.ID, "node", h.Node, "ips", fmt.Sprint(h.IPs), "sticky", h.Sticky)
 		res, err := buildResult(s.conf, sets, h)
 		if err != nil {
 			return err
@@ -282,8 +292,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	return p.withPreparedSession(cniError, nil, true, func(ctx context.Context, s *session) error {
 		id := ipam.HandleID(s.conf.Network, args.ContainerID, args.IfName)
-		freed, err := s.alloc.Release(ctx, s.conf.NodeName, id)
-		if err == nil {
+		// A sticky handle's addresses stay reserved for its identity.
+		freed, parked, err := s.alloc.ReleaseOrPark(ctx, s.conf.NodeName, id)
+		if err == nil && parked {
+			p.Log.Info("parked for its sticky identity", "handle", id, "ips", fmt.Sprint(freed))
+		} else if err == nil {
 			p.Log.Info("released", "handle", id, "ips", fmt.Sprint(freed))
 		}
 		return err
@@ -339,14 +352,15 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 			return err
 		}
 		for _, h := range hs {
-			if h.Network != s.conf.Network || valid[h.ID] {
+			if h.Network != s.conf.Network || valid[h.ID] || h.IsParked() {
 				continue
 			}
-			freed, err := s.alloc.Release(ctx, node, h.ID)
+			// As DEL: a sticky handle is parked, not released.
+			freed, parked, err := s.alloc.ReleaseOrPark(ctx, node, h.ID)
 			if err != nil {
 				return err
 			}
-			p.Log.Info("gc released", "handle", h.ID, "node", node, "ips", fmt.Sprint(freed))
+			p.Log.Info("gc released", "handle", h.ID, "node", node, "ips", fmt.Sprint(freed), "parked", parked)
 		}
 		adopted, err := s.alloc.AdoptClaims(ctx, node)
 		if len(adopted) > 0 {

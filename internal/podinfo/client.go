@@ -68,9 +68,25 @@ type rawMeta struct {
 	UID         string            `json:"uid"`
 	Labels      map[string]string `json:"labels"`
 	Annotations map[string]string `json:"annotations"`
+	Owners      []struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Name       string `json:"name"`
+		UID        string `json:"uid"`
+		Controller *bool  `json:"controller"`
+	} `json:"ownerReferences"`
 }
 
-func (m rawMeta) object() Object { return Object(m) }
+func (m rawMeta) object() Object {
+	o := Object{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Labels: m.Labels, Annotations: m.Annotations}
+	for _, r := range m.Owners {
+		if r.Controller != nil && *r.Controller {
+			o.Owner = &Owner{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID}
+			break
+		}
+	}
+	return o
+}
 
 // Pod reads the metadata of a pod. A missing pod is ErrPodNotFound.
 func (c *Client) Pod(ctx context.Context, namespace, name string) (*Object, error) {

@@ -41,6 +41,17 @@ type Object struct {
 	UID         string            `json:"uid"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// Owner is the object's controlling owner (the ownerReference with
+	// controller set), nil when it has none.
+	Owner *Owner `json:"owner,omitempty"`
+}
+
+// Owner is an object's controlling owner.
+type Owner struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	UID        string `json:"uid,omitempty"`
 }
 
 // Node is a Node's metadata and pod CIDRs.

@@ -52,7 +52,9 @@ type HandleSpec struct {
 	Namespace string     `json:"namespace,omitempty"`
 	Pod       string     `json:"pod,omitempty"`
 	PodUID    string     `json:"podUID,omitempty"`
+	Sticky    string     `json:"sticky,omitempty"`
 	Created   time.Time  `json:"created,omitzero"`
+	Parked    time.Time  `json:"parked,omitzero"`
 	IPs       []AddrSpec `json:"ips"`
 }
 
@@ -105,7 +107,7 @@ func EncodeHandle(h ipam.Handle, node string) HandleSpec {
 
 // encodeAttributes is EncodeHandle without the addresses.
 func encodeAttributes(h ipam.Handle, node string) HandleSpec {
-	hs := HandleSpec{ID: h.ID, NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Created: h.Created}
+	hs := HandleSpec{ID: h.ID, NetNS: h.NetNS, Namespace: h.Namespace, Pod: h.Pod, PodUID: h.PodUID, Sticky: h.Sticky, Created: h.Created, Parked: h.Parked}
 	if nw, c, ifn, ok := ipam.ParseHandleID(h.ID); !ok || nw != h.Network || c != h.ContainerID || ifn != h.IfName {
 		hs.Attachment = &[3]string{h.Network, h.ContainerID, h.IfName}
 	}
@@ -153,7 +155,7 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 		n.Blocks[i] = ipam.Block{CIDR: bs.CIDR, Pool: bs.Pool, Node: name, Free: free}
 	}
 	for i, hs := range spec.Handles {
-		h := ipam.Handle{ID: hs.ID, Node: hs.Node, NetNS: hs.NetNS, Namespace: hs.Namespace, Pod: hs.Pod, PodUID: hs.PodUID, Created: hs.Created}
+		h := ipam.Handle{ID: hs.ID, Node: hs.Node, NetNS: hs.NetNS, Namespace: hs.Namespace, Pod: hs.Pod, PodUID: hs.PodUID, Sticky: hs.Sticky, Created: hs.Created, Parked: hs.Parked}
 		if h.Node == "" {
 			h.Node = name
 		}

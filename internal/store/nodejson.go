@@ -106,7 +106,7 @@ func appendHandleSpec(dst []byte, h *HandleSpec) ([]byte, bool) {
 	}
 	for _, f := range [...]struct{ key, val string }{
 		{`,"node":`, h.Node}, {`,"netns":`, h.NetNS}, {`,"namespace":`, h.Namespace},
-		{`,"pod":`, h.Pod}, {`,"podUID":`, h.PodUID},
+		{`,"pod":`, h.Pod}, {`,"podUID":`, h.PodUID}, {`,"sticky":`, h.Sticky},
 	} {
 		if f.val != "" {
 			dst = append(dst, f.key...)
@@ -116,6 +116,12 @@ func appendHandleSpec(dst []byte, h *HandleSpec) ([]byte, bool) {
 	if !h.Created.IsZero() {
 		var ok bool
 		if dst, ok = appendTime(append(dst, `,"created":`...), h.Created); !ok {
+			return dst, false
+		}
+	}
+	if !h.Parked.IsZero() {
+		var ok bool
+		if dst, ok = appendTime(append(dst, `,"parked":`...), h.Parked); !ok {
 			return dst, false
 		}
 	}

@@ -31,6 +31,7 @@ func FuzzNodeSpecJSON(f *testing.F) {
 		`{"handles":[{"id":"x","attachment":["a"],"attachment":["b","c","d","e"]}]}`,
 		`{"blocks":null,"handles":[null,{"id":null,"created":null,"ips":[null]}],"loans":null}`,
 		`{"handles":[{"id":"x","created":"10000-01-01T00:00:00Z"}]}`,
+		`{"handles":[{"id":"x","sticky":"pod/db/pg-0","created":"2026-11-23T12:00:00Z","parked":"2026-11-24T12:00:00.5+02:00","ips":[]}]}`,
 		`{"handles":[{"id":"x","created":"0000-01-01T00:00:00+23:59"}]}`,
 		`{"handles":[{"id":"x","created":"0001-01-01T00:00:00Z"}]} `,
 		`{"handles":[{"id":"x","created":"0001-01-01T01:00:00+01:00"}]}`,

@@ -121,6 +121,15 @@ func (p *nodeParser) handle(h *HandleSpec) bool {
 		case "ips":
 			h.IPs, ok = p.addrs()
 			return 1 << 8, ok
+		case "sticky":
+			h.Sticky, ok = p.str()
+			return 1 << 9, ok
+		case "parked":
+			var s, e int
+			if s, e, ok = p.strBounds(); ok {
+				ok = h.Parked.UnmarshalJSON(p.data[s-1:e+1]) == nil
+			}
+			return 1 << 10, ok
 		}
 		return 0, false
 	})

@@ -388,7 +388,8 @@ func reconcile(old, cur []ipam.Handle, changed []recordChange, dropped []int) ([
 func sameRecord(a, b *ipam.Handle) bool {
 	return a.ID == b.ID && a.Network == b.Network && a.ContainerID == b.ContainerID && a.IfName == b.IfName &&
 		a.Node == b.Node && a.NetNS == b.NetNS && a.Namespace == b.Namespace && a.Pod == b.Pod &&
-		a.PodUID == b.PodUID && a.Created.Equal(b.Created) && slices.Equal(a.IPs, b.IPs)
+		a.PodUID == b.PodUID && a.Created.Equal(b.Created) && slices.Equal(a.IPs, b.IPs) &&
+		a.Sticky == b.Sticky && a.Parked.Equal(b.Parked)
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

@@ -14,7 +14,7 @@ import (
 // field of a custom resource on every write, one field instead of ten.
 // A record reads
 //
-//	<id> <addr>@<pool>[,<addr>@<pool>...] [node=<n>] [att=<network>/<container>/<ifname>] [netns=<path>] [ns=<namespace>] [pod=<name>] [uid=<uid>] [at=<RFC 3339 time>]
+//	<id> <addr>@<pool>[,<addr>@<pool>...] [node=<n>] [att=<network>/<container>/<ifname>] [netns=<path>] [ns=<namespace>] [pod=<name>] [uid=<uid>] [at=<RFC 3339 time>] [sticky=<kind>/<namespace>/<name>] [parked=<RFC 3339 time>]
 //
 // fields separated by one space, the optional ones in that order and
 // only when set (as HandleSpec's JSON omits them). Bytes that would
@@ -28,16 +28,18 @@ var ErrRecord = errors.New("bad handle record")
 
 // Record keys, in the order a record writes them.
 const (
-	keyNode  = "node"
-	keyAtt   = "att"
-	keyNetNS = "netns"
-	keyNS    = "ns"
-	keyPod   = "pod"
-	keyUID   = "uid"
-	keyAt    = "at"
+	keyNode   = "node"
+	keyAtt    = "att"
+	keyNetNS  = "netns"
+	keyNS     = "ns"
+	keyPod    = "pod"
+	keyUID    = "uid"
+	keyAt     = "at"
+	keySticky = "sticky"
+	keyParked = "parked"
 )
 
-var recordKeys = []string{keyNode, keyAtt, keyNetNS, keyNS, keyPod, keyUID, keyAt}
+var recordKeys = []string{keyNode, keyAtt, keyNetNS, keyNS, keyPod, keyUID, keyAt, keySticky, keyParked}
 
 // FormatRecord writes h as one record string.
 func FormatRecord(h *HandleSpec) string {
@@ -78,6 +80,10 @@ func FormatRecord(h *HandleSpec) string {
 	field(keyUID, h.PodUID, "")
 	if !h.Created.IsZero() {
 		field(keyAt, h.Created.Format(time.RFC3339Nano), "")
+	}
+	field(keySticky, h.Sticky, "")
+	if !h.Parked.IsZero() {
+		field(keyParked, h.Parked.Format(time.RFC3339Nano), "")
 	}
 	return b.String()
 }
@@ -151,6 +157,12 @@ func ParseRecord(s string) (HandleSpec, error) {
 		case keyAt:
 			if h.Created, err = time.Parse(time.RFC3339Nano, v); err != nil {
 				return bad("at: %v", err)
+			}
+		case keySticky:
+			h.Sticky = v
+		case keyParked:
+			if h.Parked, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				return bad("parked: %v", err)
 			}
 		}
 	}

@@ -63,6 +63,10 @@ type addrView struct {
 	IfName      string         `json:"ifname,omitempty"`
 	Since       *time.Time     `json:"since,omitempty"`
 	Leak        *LeakCandidate `json:"leak,omitempty"`
+	// Sticky is the identity the address stays reserved for; Parked is
+	// when its pod went away (absent while one holds it).
+	Sticky string     `json:"sticky,omitempty"`
+	Parked *time.Time `json:"parked,omitempty"`
 }
 
 // parseBlockRef reads a block reference from a URL path: "10.0.0.0/26",
@@ -173,6 +177,11 @@ func (m *model) addrState(b ipam.Block, p *ipam.Pool, ord int) addrView {
 			if !h.created.IsZero() {
 				t := h.created.UTC()
 				av.Since = &t
+			}
+			av.Sticky = h.sticky
+			if !h.parked.IsZero() {
+				t := h.parked.UTC()
+				av.Parked = &t
 			}
 		} else {
 			av.State = stateOrphan

@@ -105,8 +105,12 @@ type handleState struct {
 	containerID, ifName  string
 	network, podUID      string // for Handles (the leak rules read them)
 	created              time.Time
-	ips                  []ipam.HandleIP // every part's, in part order
-	parts                []handlePart    // by node object name
+	// sticky is the identity the addresses stay reserved for, parked
+	// when its pod went away (zero while one holds them).
+	sticky string
+	parked time.Time
+	ips    []ipam.HandleIP // every part's, in part order
+	parts  []handlePart    // by node object name
 }
 
 // handlePart is a handle's record in one node object: its addresses there.
@@ -407,7 +411,7 @@ func (m *model) putRecord(obj string, h ipam.Handle, d *dirty) {
 		i = slices.IndexFunc(cur.parts, func(p handlePart) bool { return p.obj == obj })
 		if i >= 0 && slices.Equal(cur.parts[i].ips, h.IPs) && cur.node == node && cur.namespace == h.Namespace &&
 			cur.pod == h.Pod && cur.containerID == h.ContainerID && cur.ifName == h.IfName && cur.network == h.Network &&
-			cur.podUID == h.PodUID && cur.created.Equal(h.Created) {
+			cur.podUID == h.PodUID && cur.created.Equal(h.Created) && cur.sticky == h.Sticky && cur.parked.Equal(h.Parked) {
 			return // unchanged
 		}
 	}
@@ -415,6 +419,7 @@ func (m *model) putRecord(obj string, h ipam.Handle, d *dirty) {
 		id: h.ID, node: node, namespace: m.intern(h.Namespace), pod: h.Pod,
 		containerID: h.ContainerID, ifName: m.intern(h.IfName),
 		network: m.intern(h.Network), podUID: h.PodUID, created: h.Created,
+		sticky: h.Sticky, parked: h.Parked,
 	}
 	part := handlePart{obj: obj, ips: h.IPs}
 	switch {

@@ -209,7 +209,8 @@ func (u *UI) Handles() (hs []ipam.Handle, gen uint64, loaded bool) {
 	hs = make([]ipam.Handle, len(states))
 	for i, h := range states {
 		hs[i] = ipam.Handle{ID: h.id, Network: h.network, ContainerID: h.containerID, IfName: h.ifName,
-			Node: h.node, Namespace: h.namespace, Pod: h.pod, PodUID: h.podUID, Created: h.created, IPs: h.ips}
+			Node: h.node, Namespace: h.namespace, Pod: h.pod, PodUID: h.podUID, Created: h.created, IPs: h.ips,
+			Sticky: h.sticky, Parked: h.parked}
 	}
 	return hs, gen, loaded
 }

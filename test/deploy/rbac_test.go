@@ -48,12 +48,16 @@ var grants = []struct {
 		"leases.coordination.k8s.io [ipkeeper-controller] [get update]",
 		"nodes [] [list watch]",
 		"pods [] [list watch]",
+		"statefulsets.apps [] [get]",
 		"tokenreviews.authentication.k8s.io [] [create]",
+		"virtualmachines.kubevirt.io [] [get]",
 	}},
 	{"ipkeeper-controller", "default", []string{
 		"nodes [] [list watch]",
 		"pods [] [list watch]",
+		"statefulsets.apps [] [get]",
 		"tokenreviews.authentication.k8s.io [] [create]",
+		"virtualmachines.kubevirt.io [] [get]",
 	}},
 }
 

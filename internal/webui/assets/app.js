@@ -532,7 +532,8 @@
         el('td', {}, el('span', { class: 'state ' + a.state, text: a.state === 'reserved' ? a.reason : a.state === 'leak' ? 'leak' : a.state })),
         el('td', { class: 'who' }, who || (a.state === 'orphan' ? 'handle missing' : ''),
           a.handle ? el('div', { class: 'handle', text: a.handle, title: a.containerID ? `container ${a.containerID}, interface ${a.ifname || ''}` : '' }) : null,
-          a.leak ? el('div', { class: 'handle', text: 'leak candidate: ' + a.leak.reason + (a.leak.since ? ', since ' + since(a.leak.since) : '') }) : null),
+          a.leak ? el('div', { class: 'handle', text: 'leak candidate: ' + a.leak.reason + (a.leak.since ? ', since ' + since(a.leak.since) : '') }) : null,
+          a.sticky ? el('div', { class: 'handle sticky', text: 'sticky ' + a.sticky + (a.parked ? ', reserved, no pod since ' + since(a.parked) : '') }) : null),
         el('td', {}, a.node ? el('span', { class: 'swatch', style: `background:${colorOf(a.node)}` }) : null, a.node || ''),
         el('td', { text: since(a.since), title: a.since ? new Date(a.since).toISOString().replace('T', ' ').slice(0, 19) + ' UTC' : '' }));
       return tr;

@@ -1,0 +1,361 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
+	"github.com/ipkeeper/ipkeeper/internal/store"
+)
+
+// Sticky addresses.
+//
+// A handle with a sticky identity (ipam.Handle.Sticky) keeps its
+// addresses when its attachment goes away: its DEL parks the records
+// (ipam.Handle.Parked) instead of freeing them. The next ADD of the same
+// identity, network and interface, on any node, gets them back: the
+// parked record is renamed to the new handle in the object holding it,
+// guarded by the record as observed — in place when that object is the
+// new node's, else as a loan (the new node's object names the lender
+// first, then the lender's record names the new node), as borrowing
+// does. An identity held by a live attachment is never given to another
+// (ErrStickyHeld). Only the controller frees a parked record, guarded
+// by the record as observed, so a re-home and a release never both win.
+
+// ErrStickyHeld means the sticky identity of the request is held by
+// another live attachment (CNI 102): nothing was allocated.
+var ErrStickyHeld = errors.New("sticky identity held by another live attachment")
+
+// ErrStickySplit means the parked addresses of the identity are spread
+// over several node objects and cannot move in the writes a re-home
+// makes: nothing was allocated.
+var ErrStickySplit = errors.New("sticky addresses held in several node objects")
+
+// stickyAttempts bounds the rounds of AllocateSticky that lose a race
+// for the identity and look again.
+const stickyAttempts = 8
+
+// StickyHolders lists the handles holding identity id for the
+// attachment of network and ifname, live or parked, from one list of
+// every node object (sorted by creation, then ID).
+func (a *Allocator) StickyHolders(ctx context.Context, id, network, ifname string) ([]Observed, error) {
+	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{})
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	byID := map[string]*Observed{}
+	var ids []string
+	for _, n := range nodes {
+		for _, r := range n.Handles {
+			if !r.SameSticky(id, network, ifname) {
+				continue
+			}
+			o := byID[r.ID]
+			if o == nil {
+				o = &Observed{Handle: r}
+				o.Handle.IPs = nil
+				byID[r.ID] = o
+				ids = append(ids, r.ID)
+			}
+			o.Handle.IPs = append(slices.Clone(o.Handle.IPs), r.IPs...)
+			if !r.IsParked() {
+				o.Handle.Parked = time.Time{}
+			}
+			o.Parts = append(o.Parts, ObservedPart{Object: n.Name, Record: r})
+		}
+	}
+	out := make([]Observed, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, *byID[id])
+	}
+	slices.SortFunc(out, func(x, y Observed) int {
+		if c := x.Handle.Created.Compare(y.Handle.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Handle.ID, y.Handle.ID)
+	})
+	return out, nil
+}
+
+// heldErr names the live holder of an identity.
+func heldErr(h ipam.Handle) error {
+	who := "handle " + h.ID
+	if h.Pod != "" {
+		who += fmt.Sprintf(" of pod %s/%s", h.Namespace, h.Pod)
+	}
+	return fmt.Errorf("%w: %s is held by %s on node %q", ErrStickyHeld, h.Sticky, who, h.Node)
+}
+
+// AllocateSticky is Allocate for a request whose handle names a sticky
+// identity: the parked addresses of the identity when it has some (on
+// any node), else new ones recorded for it. It fails with ErrStickyHeld
+// when another live attachment holds the identity. Two first allocations
+// of one identity that race are told apart after their writes: each
+// lists the identity's holders again, and one that sees another releases
+// its addresses and, after a random pause, looks again. Of two such
+// lists the later sees both writes, so at most one allocation keeps its
+// addresses; when both yield, the pause lets one go first next time.
+func (a *Allocator) AllocateSticky(ctx context.Context, req Request) (ipam.Handle, error) {
+	id := req.Handle.Sticky
+	if _, err := ipam.ParseStickyID(id); err != nil {
+		return ipam.Handle{}, fmt.Errorf("allocate: %w", err)
+	}
+	req.Handle.Parked = time.Time{}
+	for range stickyAttempts {
+		holders, err := a.StickyHolders(ctx, id, req.Handle.Network, req.Handle.IfName)
+		if err != nil {
+			return ipam.Handle{}, err
+		}
+		var parked []Observed
+		mine := false
+		for _, o := range holders {
+			switch {
+			case o.Handle.ID == req.Handle.ID:
+				mine = true
+			case !o.Handle.IsParked() && (req.Handle.PodUID == "" || o.Handle.PodUID != req.Handle.PodUID):
+				return ipam.Handle{}, heldErr(o.Handle)
+			default:
+				parked = append(parked, o)
+			}
+		}
+		if mine {
+			return a.Allocate(ctx, req) // a repeated ADD: as stored
+		}
+		if len(parked) > 0 {
+			// The newest reservation (or an earlier sandbox of the same
+			// pod, whose runtime starts one sandbox at a time): older
+			// ones, if a crash left any, are the controller's to free.
+			h, err := a.rehome(ctx, req, parked[len(parked)-1])
+			if errors.Is(err, ErrHandleChanged) || errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			return h, err
+		}
+		h, err := a.Allocate(ctx, req)
+		if err != nil {
+			return ipam.Handle{}, err
+		}
+		lost, err := a.lostStickyRace(ctx, h)
+		if err != nil || !lost {
+			return h, err
+		}
+		if _, err := a.Release(ctx, h.Node, h.ID); err != nil {
+			return ipam.Handle{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return ipam.Handle{}, ctx.Err()
+		case <-time.After(time.Duration(1+rand.IntN(20)) * time.Millisecond):
+		}
+	}
+	return ipam.Handle{}, fmt.Errorf("%w: sticky identity %s", ErrContended, id)
+}
+
+// lostStickyRace reports whether h, just allocated for its identity,
+// must give way: another handle holds the identity.
+func (a *Allocator) lostStickyRace(ctx context.Context, h ipam.Handle) (bool, error) {
+	holders, err := a.StickyHolders(ctx, h.Sticky, h.Network, h.IfName)
+	if err != nil {
+		return false, err
+	}
+	for _, o := range holders {
+		if o.Handle.ID != h.ID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// rehome gives req's handle the addresses of the parked handle old: one
+// guarded write when old's record is in the requesting node's object;
+// else the requesting node's loan, then the lender's record renamed to
+// the new handle and node. A loan the old node kept for the record is
+// dropped last. Old's addresses must satisfy the request (matchSets).
+func (a *Allocator) rehome(ctx context.Context, req Request, old Observed) (ipam.Handle, error) {
+	if len(old.Parts) != 1 {
+		objs := make([]string, len(old.Parts))
+		for i, p := range old.Parts {
+			objs[i] = p.Object
+		}
+		return ipam.Handle{}, fmt.Errorf("%w: %s in %s (release it with 'ipkeeperctl ip release' to give the identity new addresses)", ErrStickySplit, old.Handle.Sticky, strings.Join(objs, ", "))
+	}
+	part := old.Parts[0]
+	pools, err := a.requestPools(ctx, req)
+	if err != nil {
+		return ipam.Handle{}, err
+	}
+	ips, err := matchSets(req, part.Record, pools)
+	if err != nil {
+		return ipam.Handle{}, fmt.Errorf("sticky %s: %w", old.Handle.Sticky, err)
+	}
+	node := req.Handle.Node
+	h := req.Handle
+	h.Created = a.Now().UTC()
+	h.Parked = time.Time{}
+	rename := func(n store.Node) (store.Node, error) {
+		next, err := nodealloc.Rename(n, part.Record, h)
+		switch {
+		case errors.Is(err, nodealloc.ErrChanged), errors.Is(err, nodealloc.ErrNotHeld):
+			return n, fmt.Errorf("%w: %w", ErrHandleChanged, err)
+		case err != nil:
+			return n, err
+		}
+		i := slices.IndexFunc(next.Handles, func(r ipam.Handle) bool { return r.ID == h.ID })
+		next.Handles[i].IPs = ips
+		return next, nil
+	}
+	unlock := a.lockNode(node)
+	if part.Object == node {
+		err = a.retry(ctx, "re-home "+old.Handle.ID, func() error {
+			own, err := a.readNode(ctx, node)
+			if err != nil {
+				return err
+			}
+			next, err := rename(own)
+			if err != nil {
+				return err
+			}
+			_, err = a.writeNode(ctx, next)
+			return err
+		})
+		unlock()
+	} else {
+		err = a.retry(ctx, "loan for "+h.ID, func() error {
+			own, err := a.readNode(ctx, node)
+			if err != nil {
+				return err
+			}
+			if slices.Contains(own.LendersOf(h.ID), part.Object) {
+				return nil
+			}
+			own = nodealloc.Clone(own)
+			own.Loans = append(own.Loans, store.Loan{Handle: h.ID, Lender: part.Object})
+			_, err = a.writeNode(ctx, own)
+			return err
+		})
+		unlock()
+		if err == nil {
+			err = a.retry(ctx, "re-home "+old.Handle.ID, func() error {
+				ln, err := a.readNode(ctx, part.Object)
+				if err != nil {
+					return err
+				}
+				next, err := rename(ln)
+				if err != nil {
+					return err
+				}
+				if err := a.verifyLent(ctx, part.Object, store.BlockRef{Pool: ips[0].Pool, CIDR: ips[0].Block}); err != nil {
+					return err
+				}
+				_, err = a.writeNode(ctx, next)
+				return err
+			})
+			if err != nil {
+				// Drop the loan again; the record was not renamed.
+				if _, uerr := a.Release(ctx, node, h.ID); uerr != nil {
+					err = errors.Join(err, fmt.Errorf("undoing the loan: %w", uerr))
+				}
+			}
+		}
+	}
+	if err != nil {
+		return ipam.Handle{}, err
+	}
+	if oldNode := part.Record.Node; oldNode != part.Object {
+		// The old node's loan named the record that moved.
+		if err := a.dropLoanOf(ctx, oldNode, old.Handle.ID, part.Object); err != nil {
+			a.log.Warn("sticky address moved; dropping the old node's loan failed ('ipkeeperctl check --repair' drops it)",
+				"handle", old.Handle.ID, "node", oldNode, "error", err)
+		}
+	}
+	h.IPs = ips
+	a.log.Info("sticky addresses re-homed", "identity", h.Sticky, "from", old.Handle.ID, "node", old.Handle.Node, "to", h.ID, "on", node)
+	return h, nil
+}
+
+// ReleaseOrPark is the DEL of an attachment: a handle with a sticky
+// identity is parked (every record keeps its addresses, marked with the
+// time), any other is released (Release). A parked handle stays as it
+// is. It returns the addresses freed or parked and whether they were
+// parked.
+func (a *Allocator) ReleaseOrPark(ctx context.Context, node, id string) ([]netip.Addr, bool, error) {
+	freed, err := a.releaseKeeping(ctx, node, id, true)
+	if !errors.Is(err, errSticky) {
+		return freed, false, err
+	}
+	own, err := a.readNode(ctx, node)
+	if err != nil {
+		return nil, false, err
+	}
+	h, parts, found, err := a.handleParts(ctx, own, id)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	at := a.Now().UTC()
+	err = a.ParkObserved(ctx, Observed{Handle: h, Parts: parts}, at)
+	return addrs(h.IPs), true, err
+}
+
+// ParkObserved parks every record of the observed sticky handle o that
+// is not parked yet, each guarded by the record as observed: the
+// lenders' first, the node's own last. A record changed meanwhile fails
+// with ErrHandleChanged.
+func (a *Allocator) ParkObserved(ctx context.Context, o Observed, at time.Time) error {
+	parts := slices.Clone(o.Parts)
+	slices.SortStableFunc(parts, func(x, y ObservedPart) int {
+		return boolOrder(x.Object == o.Handle.Node) - boolOrder(y.Object == o.Handle.Node)
+	})
+	for _, p := range parts {
+		if p.Record.Sticky == "" || p.Record.IsParked() {
+			continue
+		}
+		err := a.retry(ctx, "park "+o.Handle.ID, func() error {
+			n, err := a.readNode(ctx, p.Object)
+			if err != nil {
+				return err
+			}
+			r, ok := n.Handle(p.Record.ID)
+			if !ok || !nodealloc.Same(r, p.Record) {
+				return fmt.Errorf("%w: %s in node object %q", ErrHandleChanged, p.Record.ID, p.Object)
+			}
+			n = nodealloc.Clone(n)
+			i := slices.IndexFunc(n.Handles, func(r ipam.Handle) bool { return r.ID == p.Record.ID })
+			n.Handles[i].Parked = at
+			_, err = a.writeNode(ctx, n)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReleaseParked frees the parked sticky handle o as observed
+// (ReleaseObserved: a record re-homed or changed since is left alone,
+// ErrHandleChanged), then drops the loans its node kept for the records
+// freed in other nodes' objects.
+func (a *Allocator) ReleaseParked(ctx context.Context, o Observed) ([]netip.Addr, error) {
+	if !o.Handle.IsParked() {
+		return nil, fmt.Errorf("%w: handle %s is not a parked sticky reservation", ErrHandleChanged, o.Handle.ID)
+	}
+	freed, err := a.ReleaseObserved(ctx, o)
+	if err != nil {
+		return freed, err
+	}
+	for _, p := range o.Parts {
+		if p.Object != o.Handle.Node {
+			if err := a.dropLoanOf(ctx, o.Handle.Node, o.Handle.ID, p.Object); err != nil {
+				return freed, err
+			}
+		}
+	}
+	return freed, nil
+}

@@ -1,0 +1,66 @@
+package podinfo
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+)
+
+// Sticky addresses: the annotation that opts a pod in or out, and what
+// names the identity its addresses stay reserved for.
+const (
+	// AnnotationSticky is "true" or "false" on a pod or its namespace:
+	// the pod's decides, else the namespace's, else ipam.sticky.
+	AnnotationSticky = "ipkeeper.io/sticky"
+	// LabelKubeVirtVM is the label KubeVirt puts on a virtual machine's
+	// virt-launcher pod: the machine's name.
+	LabelKubeVirtVM = "vm.kubevirt.io/name"
+)
+
+// StickyIdentity returns the identity the pod's addresses stay reserved
+// for when it goes away, and whether they are sticky: opted in (the
+// pod's AnnotationSticky, else its namespace's, else byConfig) and the
+// pod is a StatefulSet's (identity: its namespace and name) or a KubeVirt
+// virtual machine's launcher pod (identity: its namespace and the
+// machine's name, from LabelKubeVirtVM, owned by a
+// VirtualMachineInstance). An annotation that is not "true" or "false"
+// wraps ErrAnnotation.
+func (i *Info) StickyIdentity(byConfig bool) (ipam.StickyID, bool, error) {
+	if i == nil || i.Pod == nil {
+		return ipam.StickyID{}, false, nil
+	}
+	on := byConfig
+	for _, o := range []struct {
+		obj  *Object
+		name string
+	}{{i.Namespace, "namespace"}, {i.Pod, "pod"}} {
+		if o.obj == nil {
+			continue
+		}
+		v, ok := o.obj.Annotations[AnnotationSticky]
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(v) {
+		case "true":
+			on = true
+		case "false":
+			on = false
+		default:
+			return ipam.StickyID{}, false, fmt.Errorf("%w: %s %s annotation %s: %q is not \"true\" or \"false\"", ErrAnnotation, o.name, o.obj.Name, AnnotationSticky, v)
+		}
+	}
+	if !on {
+		return ipam.StickyID{}, false, nil
+	}
+	p, owner := i.Pod, i.Pod.Owner
+	switch {
+	case owner == nil:
+	case owner.Kind == "StatefulSet" && strings.HasPrefix(owner.APIVersion, "apps/"):
+		return ipam.StickyID{Kind: ipam.StickyPod, Namespace: p.Namespace, Name: p.Name}, true, nil
+	case owner.Kind == "VirtualMachineInstance" && strings.HasPrefix(owner.APIVersion, "kubevirt.io/") && p.Labels[LabelKubeVirtVM] != "":
+		return ipam.StickyID{Kind: ipam.StickyVM, Namespace: p.Namespace, Name: p.Labels[LabelKubeVirtVM]}, true, nil
+	}
+	return ipam.StickyID{}, false, nil
+}
