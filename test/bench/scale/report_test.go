@@ -20,8 +20,8 @@ ipkeeper_label_with_space{detail="a b"} 2.5
 		`ipkeeper_releases_total{reason="pod-gone"}`:  3,
 		`ipkeeper_releases_total{reason="node-gone"}`: 220,
 		`ipkeeper_reconcile_duration_seconds_count`:   7,
-		`go_goroutines`:                               41,
-		`ipkeeper_label_with_space{detail="a b"}`:     2.5,
+		`go_goroutines`: 41,
+		`ipkeeper_label_with_space{detail="a b"}`: 2.5,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
