@@ -44,8 +44,7 @@ func report(b, small *result) {
 	gs = append(gs, leak,
 		goal{what: fmt.Sprintf("node deleted to its last release (%d/%d)", b.nodesReleased, *flagDeleteNodes),
 			value: b.nodeRelease.Round(100 * time.Millisecond).String(), target: "none in the issue"},
-		goal{what: "map first full load (controller start)", value: b.mapLoad.Round(10 * time.Millisecond).String(),
-			target: "<= 10s at 550 000 addr", met: b.mapLoad <= 10*time.Second, known: true})
+		mapLoadGoal(b))
 	mapMax := slices.Max(append([]time.Duration{0}, b.adds.mapLat...))
 	gs = append(gs, goal{what: fmt.Sprintf("ADD to map event (max of %d; %d not shown)", len(b.adds.mapLat), b.adds.mapMissed),
 		value: mapMax.Round(10 * time.Millisecond).String(), target: "<= 1s",
@@ -107,4 +106,22 @@ func printKinds(m map[string]int64) {
 	for _, k := range keys {
 		fmt.Printf("    %-36s %d\n", k, m[k])
 	}
+}
+
+// goalNodes is the scale of the goals: 5 000 nodes x 110 pods (550 000
+// pods, the issue's "550 000 addresses").
+const goalNodes = 5000
+
+// mapLoadGoal judges the map's first load: below the goal's scale, by the
+// time projected linearly to it (a full read is linear in the nodes).
+func mapLoadGoal(b *result) goal {
+	g := goal{what: "map first full load (controller start)", value: b.mapLoad.Round(10 * time.Millisecond).String(),
+		target: "<= 10s at 5 000 nodes", known: true}
+	projected := b.mapLoad
+	if b.nodes < goalNodes {
+		projected = time.Duration(float64(b.mapLoad) * goalNodes / float64(b.nodes))
+		g.value += fmt.Sprintf(" (%s at 5 000)", projected.Round(time.Second))
+	}
+	g.met = projected <= 10*time.Second
+	return g
 }
