@@ -60,6 +60,7 @@ var (
 	flagAddNodes    = flag.Int("add-nodes", 3, "nodes with an agent where the plugin measures ADD")
 	flagAdds        = flag.Int("adds", 30, "ADDs measured during the churn (each then DEL'd)")
 	flagMapAdds     = flag.Int("map-adds", 5, "of those, ADDs whose appearance in the map is waited for")
+	flagMapWait     = flag.Duration("map-wait", 30*time.Second, "how long an ADD waits for the map to show it")
 	flagQuietAdds   = flag.Int("quiet-adds", 20, "ADDs after the churn, for API requests and etcd bytes per ADD")
 	flagSmall       = flag.Int("small", 20, "nodes of the comparison cluster (0: skip it)")
 	flagKeep        = flag.String("logs", "", "copy the processes' logs into this directory")

@@ -191,7 +191,7 @@ func run(ctx context.Context, nodes int, full bool) (*result, error) {
 		}
 		fmt.Printf("  steady state: %d pods deleted without release, %d Node objects deleted\n", len(leaked), len(gone))
 	}
-	r.adds = pl.runAdds(ctx, *flagAdds, *flagMapAdds, events, 30*time.Second)
+	r.adds = pl.runAdds(ctx, *flagAdds, *flagMapAdds, events, *flagMapWait)
 	if full {
 		if rest := *flagWindow - time.Since(s0.at); rest > 0 {
 			time.Sleep(rest)
