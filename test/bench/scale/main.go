@@ -24,8 +24,9 @@
 // kubeconfig points to (requests by verb and resource, request and
 // response bytes as on the wire); the agents of the measured nodes go
 // through a proxy of their own, which counts the API requests of each
-// warm ADD. CPU and memory come from /proc; the etcd's write volume from
-// its WAL counter (etcd runs in this process).
+// warm ADD. CPU and memory come from /proc; the API server's etcd runs in
+// this process: its write volume comes from its WAL counter, its CPU from
+// a CPU profile of the window (its goroutines carry a pprof label).
 //
 // Before the big cluster, the same ADDs run on a -small-node cluster of
 // its own (API server, controller, agents and churn alike): the ratio of
