@@ -37,7 +37,7 @@ func (s *Store) decodePool(o *object, name string) (store.Pool, error) {
 	return p, nil
 }
 
-// GetPool GETs the pool's IPAMPool.
+// GetPool GETs the pool's IPAMPool and LISTs its IPAMReservations.
 func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
 	return s.getPool(ctx, name, false)
 }
@@ -58,7 +58,15 @@ func (s *Store) getPool(ctx context.Context, name string, cached bool) (store.Po
 	if err != nil {
 		return store.Pool{}, err
 	}
-	return s.decodePool(o, name)
+	p, err := s.decodePool(o, name)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	ps := []store.Pool{p}
+	if err := s.withReserved(ctx, name, cached, ps); err != nil {
+		return store.Pool{}, err
+	}
+	return ps[0], nil
 }
 
 // ListPools LISTs the partition's IPAMPools, sorted by name.
@@ -82,6 +90,11 @@ func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) {
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b store.Pool) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
+	if len(out) > 0 {
+		if err := s.withReserved(ctx, "", false, out); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
