@@ -136,7 +136,8 @@ type Store interface {
 	// CreateReservation stores a reservation of pool r.Pool, which must
 	// exist (ErrNotFound otherwise); ErrExists when that pool has a
 	// reservation of r.CIDR. Every read of the pool from then on carries
-	// it (ipam.Pool.Reserved).
+	// it (ipam.Pool.Reserved). Creating or deleting a reservation may
+	// give its pool a new version; DeletePool deletes its reservations.
 	CreateReservation(ctx context.Context, r Reservation) (Reservation, error)
 	// ListReservations returns the reservations sel names, sorted by
 	// pool, then CIDR.

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -139,7 +140,8 @@ func (s *Store) UpdatePool(ctx context.Context, p store.Pool) (store.Pool, error
 	return p, nil
 }
 
-// DeletePool DELETEs the IPAMPool with a resourceVersion precondition.
+// DeletePool DELETEs the IPAMPool with a resourceVersion precondition,
+// then the pool's IPAMReservations.
 func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
 	if err := store.ValidName("pool", p.Spec.Name); err != nil {
 		return err
@@ -148,5 +150,20 @@ func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
 	if p.Version == "" {
 		return s.noVersion(ctx, kindPool, name)
 	}
-	return s.del(ctx, kindPool, name, p.Version)
+	if err := s.del(ctx, kindPool, name, p.Version); err != nil {
+		return err
+	}
+	rs, err := s.listReservations(ctx, p.Spec.Name, false)
+	if errors.Is(err, ErrNoCRD) {
+		return nil
+	}
+	for _, r := range rs {
+		if err := s.DeleteReservation(ctx, r); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("pool %q is deleted, its reservations not all: %w", p.Spec.Name, err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pool %q is deleted, its reservations not: %w", p.Spec.Name, err)
+	}
+	return nil
 }
