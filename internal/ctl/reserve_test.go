@@ -91,6 +91,22 @@ func TestReserveLifecycle(t *testing.T) {
 			if tab := h.ok("reserve", "list"); !strings.Contains(tab, "WHEN FREE") || !strings.Contains(tab, "printers floor 2") {
 				t.Errorf("reserve list table:\n%s", tab)
 			}
+			var rep struct {
+				Problems []json.RawMessage `json:"problems"`
+				Findings []struct {
+					Kind, Pool, Block, Addr, Handle, Node, Detail string
+				} `json:"findings"`
+			}
+			if err := json.Unmarshal([]byte(h.ok("check", "-o", "json")), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Problems) != 0 || len(rep.Findings) != 1 || rep.Findings[0].Kind != "allocated-in-reservation" ||
+				rep.Findings[0].Addr != f.held || rep.Findings[0].Handle != "net.c1.eth0" || !strings.Contains(rep.Findings[0].Detail, "default/pod-c1") {
+				t.Fatalf("check does not report the allocation inside the reservation, with its holder, as a finding only: %+v", rep)
+			}
+			if tab := h.ok("check"); !strings.Contains(tab, "1 allocations inside reservations") {
+				t.Errorf("check table:\n%s", tab)
+			}
 			if ip := h.ok("ip", "show", f.held); !strings.Contains(ip, "net.c1.eth0") {
 				t.Errorf("the holder lost its address:\n%s", ip)
 			}
@@ -112,6 +128,9 @@ func TestReserveLifecycle(t *testing.T) {
 				}
 				if again := fill(t, a, f.pool, "b"); len(again) != 0 {
 					t.Fatalf("the address released under a --when-free reservation was handed out again: %v", again)
+				}
+				if _, err := a.Allocate(context.Background(), allocator.Request{Handle: podHandle("d"), Sets: [][]string{{f.pool}}, Want: []netip.Addr{held}}); err == nil {
+					t.Fatalf("a request for the reserved %s was granted", held)
 				}
 			})
 
