@@ -17,7 +17,7 @@ import (
 // pool of one block, an address its first pod gets, and a CIDR of it.
 var reserveFamilies = []struct {
 	name, pool, cidr, block, held, reserved string
-	usable                                   int
+	usable                                  int
 }{
 	{"IPv4", "r4", "10.9.0.0/28", "28", "10.9.0.1", "10.9.0.4/30", 14},
 	{"IPv6", "r6", "fd00:9::/124", "124", "fd00:9::1", "fd00:9::4/126", 15},

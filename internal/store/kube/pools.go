@@ -64,7 +64,7 @@ func (s *Store) getPool(ctx context.Context, name string, cached bool) (store.Po
 		return store.Pool{}, err
 	}
 	ps := []store.Pool{p}
-	if err := s.withReserved(ctx, name, cached, ps); err != nil {
+	if err := s.withReserved(ctx, name, ps); err != nil {
 		return store.Pool{}, err
 	}
 	return ps[0], nil
@@ -92,7 +92,7 @@ func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) {
 	}
 	slices.SortFunc(out, func(a, b store.Pool) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
 	if len(out) > 0 {
-		if err := s.withReserved(ctx, "", false, out); err != nil {
+		if err := s.withReserved(ctx, "", out); err != nil {
 			return nil, err
 		}
 	}

@@ -116,11 +116,13 @@ func (s *Store) DeleteReservation(ctx context.Context, r store.Reservation) erro
 	return s.del(ctx, kindReservation, name, r.Version)
 }
 
-// withReserved fills the Reserved of pools from their reservations.
-// An API server without the IPAMReservation resource (CRDs of an
-// earlier version) has none.
-func (s *Store) withReserved(ctx context.Context, pool string, cached bool, pools []store.Pool) error {
-	rs, err := s.listReservations(ctx, pool, cached)
+// withReserved fills the Reserved of pools from their reservations, read
+// up to date also for a pool read from the watch cache (GetPoolCached):
+// a reservation applies from the next allocation on, and reservations
+// change rarely. An API server without the IPAMReservation resource (CRDs
+// of an earlier version) has none.
+func (s *Store) withReserved(ctx context.Context, pool string, pools []store.Pool) error {
+	rs, err := s.listReservations(ctx, pool, false)
 	if errors.Is(err, ErrNoCRD) {
 		return nil
 	}
