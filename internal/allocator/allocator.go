@@ -125,13 +125,15 @@ func (a *Allocator) Remember(n store.Node, pools []store.Pool, claims ...store.C
 		}
 		a.claims.learn(n.Name, n.Version, blocks)
 	}
-	a.cachePools(pools)
-}
-
-// cachePools caches pools as told by Remember, as if read now.
-func (a *Allocator) cachePools(pools []store.Pool) {
 	for _, p := range pools {
 		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: a.Now(), told: true})
+	}
+}
+
+// cachePools caches pools as read now.
+func (a *Allocator) cachePools(pools []store.Pool) {
+	for _, p := range pools {
+		a.cachePool(p.Spec)
 	}
 }
 
