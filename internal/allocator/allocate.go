@@ -118,6 +118,11 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 			a.known.Delete(node)
 			return a.allocateOnce(ctx, req)
 		}
+		if (errors.Is(err, ErrExhausted) || errors.Is(err, ErrAddrUnavailable)) && a.forgetTold(req.poolNames()) {
+			// Decided on pools as told, whose reservations may have
+			// changed since: decide again on pools as stored.
+			return a.allocateOnce(ctx, req)
+		}
 		if err != nil {
 			return ipam.Handle{}, fmt.Errorf("range set %d: %w", i, err)
 		}

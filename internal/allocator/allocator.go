@@ -125,7 +125,9 @@ func (a *Allocator) Remember(n store.Node, pools []store.Pool, claims ...store.C
 		}
 		a.claims.learn(n.Name, n.Version, blocks)
 	}
-	a.cachePools(pools)
+	for _, p := range pools {
+		a.pools.Store(p.Spec.Name, cachedPool{pool: p.Spec, read: a.Now(), told: true})
+	}
 }
 
 // cachePools caches pools as read now.
@@ -133,6 +135,22 @@ func (a *Allocator) cachePools(pools []store.Pool) {
 	for _, p := range pools {
 		a.cachePool(p.Spec)
 	}
+}
+
+// forgetTold drops the cached pools of names that Remember told of (not
+// read by this process) and reports whether there were any: a refusal
+// decided on them (exhausted, a reserved address) is decided again on
+// the pools as stored, since a write, which would have found them stale,
+// never came.
+func (a *Allocator) forgetTold(names []string) bool {
+	told := false
+	for _, n := range names {
+		if v, ok := a.pools.Load(n); ok && v.(cachedPool).told {
+			a.pools.Delete(n)
+			told = true
+		}
+	}
+	return told
 }
 
 // cachePool caches p as read now.
@@ -273,6 +291,8 @@ func (a *Allocator) handleParts(ctx context.Context, own store.Node, id string) 
 type cachedPool struct {
 	pool ipam.Pool
 	read time.Time
+	// told: from Remember, not read by this process.
+	told bool
 }
 
 // poolForAllocation returns a pool for an allocation: from the cache when

@@ -55,6 +55,7 @@ func (a *Allocator) ensurePool(ctx context.Context, def ipam.Pool, missing bool)
 		}
 		_, err = a.updatePool(ctx, store.Pool{Spec: def, Version: stored.Version})
 		out = def
+		out.Reserved = stored.Spec.Reserved
 		return err
 	})
 	if err == nil {

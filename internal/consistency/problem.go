@@ -173,6 +173,10 @@ type Counts struct {
 type Report struct {
 	Counts   Counts    `json:"counts"`
 	Problems []Problem `json:"problems"`
+	// Findings are what is worth knowing but is no inconsistency:
+	// allocations inside reservations (KindReserved). They do not make
+	// the check fail.
+	Findings []Problem `json:"findings,omitempty"`
 }
 
 // RepairResult is the result of RepairStore: what was found first, what was

@@ -36,7 +36,11 @@ func CheckStore(ctx context.Context, s store.Store) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return Report{Counts: v.counts(), Problems: storeProblems(fs)}, nil
+	found, err := reservedFindings(ctx, s, v)
+	if err != nil {
+		return Report{}, err
+	}
+	return Report{Counts: v.counts(), Problems: storeProblems(fs), Findings: found}, nil
 }
 
 // RepairStore checks the typed store and applies the fixes the Kind

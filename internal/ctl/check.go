@@ -52,6 +52,13 @@ func (v checkView) table(w io.Writer) {
 		fmt.Fprintf(w, "%d problems\n", len(v.Problems))
 		problemTable(w, v.Problems)
 	}
+	if len(v.Findings) > 0 {
+		fmt.Fprintf(w, "\n%d allocations inside reservations (the holders keep them; 'ipkeeperctl reserve list')\n", len(v.Findings))
+		row(w, "KIND", "POOL", "RESERVATION", "ADDRESS", "HANDLE", "NODE", "DETAIL")
+		for _, f := range v.Findings {
+			row(w, string(f.Kind), f.Pool, f.Block, f.Addr, f.Handle, dash(f.Node), f.Detail)
+		}
+	}
 	v.Kubernetes.table(w)
 }
 

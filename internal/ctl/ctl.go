@@ -178,7 +178,7 @@ found (and left), 3 problems found and all repaired.`,
 	pf.StringVar(&c.node, "node", "", "this node's name (default: the config's nodeName, $NODENAME, $KUBERNETES_NODE_NAME, the hostname)")
 	c.ds.register(pf)
 	root.AddCommand(c.poolCmd(), c.showCmd(), c.ipCmd(), c.blockCmd(), c.checkCmd(), c.gcCmd(), c.importCmd(), c.leaksCmd())
-	root.AddCommand(c.uiCmd(), c.routesCmd())
+	root.AddCommand(c.uiCmd(), c.routesCmd(), c.reserveCmd())
 	return root
 }
 

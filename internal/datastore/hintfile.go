@@ -42,7 +42,7 @@ import (
 // memory).
 
 // hintFileVersion is the first line's format tag.
-const hintFileVersion = 3
+const hintFileVersion = 4
 
 // maxHintFileBytes bounds what is read: a node object's limit and room for
 // the header line.
@@ -74,6 +74,8 @@ type hintPool struct {
 	Name    string          `json:"name"`
 	Version store.Version   `json:"version"`
 	Value   json.RawMessage `json:"value"`
+	// Reserved is the pool's reservations as stored (absent: none).
+	Reserved json.RawMessage `json:"reserved,omitempty"`
 }
 
 // hintPath is node's hint file for the datastore whose node lock file is
@@ -103,7 +105,7 @@ func loadHint(path, node string) *kvbacked.NodeHint {
 	}
 	out := &kvbacked.NodeHint{Store: h.Store, StoreAt: h.StoreAt, Layout: h.Layout, Node: h.Node, Version: h.Version, Value: value}
 	for _, p := range h.Pools {
-		out.Pools = append(out.Pools, kvbacked.PoolHint{Name: p.Name, Version: p.Version, Value: p.Value})
+		out.Pools = append(out.Pools, kvbacked.PoolHint{Name: p.Name, Version: p.Version, Value: p.Value, Reserved: p.Reserved})
 	}
 	for _, c := range h.Claims {
 		out.Claims = append(out.Claims, kvbacked.ClaimHint{Ref: store.BlockRef{Pool: c.Pool, CIDR: c.CIDR}, Version: c.Version})
@@ -117,8 +119,8 @@ func loadHint(path, node string) *kvbacked.NodeHint {
 func saveHint(path string, h kvbacked.NodeHint) {
 	head := hintHeader{Format: hintFileVersion, Store: h.Store, StoreAt: h.StoreAt, Layout: h.Layout, Node: h.Node, Version: h.Version}
 	for _, p := range h.Pools {
-		if json.Valid(p.Value) {
-			head.Pools = append(head.Pools, hintPool{Name: p.Name, Version: p.Version, Value: p.Value})
+		if json.Valid(p.Value) && (p.Reserved == nil || json.Valid(p.Reserved)) {
+			head.Pools = append(head.Pools, hintPool{Name: p.Name, Version: p.Version, Value: p.Value, Reserved: p.Reserved})
 		}
 	}
 	for _, c := range h.Claims {

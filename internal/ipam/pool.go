@@ -59,6 +59,11 @@ type Pool struct {
 	StrictAffinity bool `json:"strictAffinity,omitempty"`
 	// Origin says who defined the pool: "config", "cli" or "import".
 	Origin string `json:"origin,omitempty"`
+	// Reserved lists the pool's reservations (store.Reservation), masked:
+	// never handed out, like Exclude, but stored apart from the
+	// definition and changed at runtime. Datastores fill it when they
+	// read the pool; it is never part of the pool's own encoding.
+	Reserved []netip.Prefix `json:"-"`
 }
 
 // Is6 reports whether the pool holds IPv6 addresses.
@@ -151,6 +156,11 @@ func (p Pool) Permits(a netip.Addr) bool {
 			return false
 		}
 	}
+	for _, x := range p.Reserved {
+		if x.Contains(a) {
+			return false
+		}
+	}
 	return true
 }
 
@@ -236,6 +246,11 @@ func (p Pool) hasUsable() bool {
 
 func (p Pool) excludedBy(a netip.Addr) (netip.Prefix, bool) {
 	for _, x := range p.Exclude {
+		if x.Contains(a) {
+			return x, true
+		}
+	}
+	for _, x := range p.Reserved {
 		if x.Contains(a) {
 			return x, true
 		}

@@ -82,7 +82,8 @@ type Limits struct {
 	MaxWriteBytes int
 }
 
-// Store is a datastore of pools, block claims and node objects.
+// Store is a datastore of pools, block claims, node objects and
+// reservations.
 //
 // Every write is atomic and durable on its own: when it returns nil the
 // object is stored and survives a crash; when it returns an error other
@@ -131,6 +132,18 @@ type Store interface {
 	DeleteNode(ctx context.Context, n Node) error
 	// ListNodes returns the node objects sel names.
 	ListNodes(ctx context.Context, sel NodeSelector) ([]Node, error)
+
+	// CreateReservation stores a reservation of pool r.Pool, which must
+	// exist (ErrNotFound otherwise); ErrExists when that pool has a
+	// reservation of r.CIDR. Every read of the pool from then on carries
+	// it (ipam.Pool.Reserved). Creating or deleting a reservation may
+	// give its pool a new version; DeletePool deletes its reservations.
+	CreateReservation(ctx context.Context, r Reservation) (Reservation, error)
+	// ListReservations returns the reservations sel names, sorted by
+	// pool, then CIDR.
+	ListReservations(ctx context.Context, sel ReservationSelector) ([]Reservation, error)
+	// DeleteReservation deletes the reservation at r.Version.
+	DeleteReservation(ctx context.Context, r Reservation) error
 
 	// Limits returns the backend's size limits.
 	Limits() Limits

@@ -37,6 +37,7 @@ var shipped = []string{
 	"CustomResourceDefinition ipamblocks.ipkeeper.io",
 	"CustomResourceDefinition ipamnodes.ipkeeper.io",
 	"CustomResourceDefinition ipampools.ipkeeper.io",
+	"CustomResourceDefinition ipamreservations.ipkeeper.io",
 	"DaemonSet kube-system/ipkeeper-node",
 	"Deployment kube-system/ipkeeper-controller",
 	"PodDisruptionBudget kube-system/ipkeeper-controller",

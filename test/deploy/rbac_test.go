@@ -69,6 +69,7 @@ var datastoreGrants = []string{
 	"ipamblocks.ipkeeper.io [] [create delete get list]",
 	"ipamnodes.ipkeeper.io [] [create delete get list update]",
 	"ipampools.ipkeeper.io [] [create delete get list update]",
+	"ipamreservations.ipkeeper.io [] [get list]",
 }
 
 func init() {

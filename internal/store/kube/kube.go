@@ -1,7 +1,7 @@
 // Package kube is the Kubernetes datastore: a store.Store over the
 // cluster-scoped CustomResources of group ipkeeper.io (deploy/crds.yaml) —
-// IPAMPool (a pool), IPAMBlock (a block claim) and IPAMNode (a node
-// object) — through client-go's REST client with the contract's own JSON
+// IPAMPool (a pool), IPAMBlock (a block claim), IPAMNode (a node
+// object) and IPAMReservation (reservations.go) — through client-go's REST client with the contract's own JSON
 // encodings as specs (store.MarshalPool, store.ClaimSpec, store.NodeSpec).
 //
 // Versions are resourceVersions: an update is a PUT carrying the version

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -37,7 +38,7 @@ func (s *Store) decodePool(o *object, name string) (store.Pool, error) {
 	return p, nil
 }
 
-// GetPool GETs the pool's IPAMPool.
+// GetPool GETs the pool's IPAMPool and LISTs its IPAMReservations.
 func (s *Store) GetPool(ctx context.Context, name string) (store.Pool, error) {
 	return s.getPool(ctx, name, false)
 }
@@ -58,7 +59,15 @@ func (s *Store) getPool(ctx context.Context, name string, cached bool) (store.Po
 	if err != nil {
 		return store.Pool{}, err
 	}
-	return s.decodePool(o, name)
+	p, err := s.decodePool(o, name)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	ps := []store.Pool{p}
+	if err := s.withReserved(ctx, name, ps); err != nil {
+		return store.Pool{}, err
+	}
+	return ps[0], nil
 }
 
 // ListPools LISTs the partition's IPAMPools, sorted by name.
@@ -82,6 +91,11 @@ func (s *Store) ListPools(ctx context.Context) ([]store.Pool, error) {
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b store.Pool) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
+	if len(out) > 0 {
+		if err := s.withReserved(ctx, "", out); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -126,7 +140,8 @@ func (s *Store) UpdatePool(ctx context.Context, p store.Pool) (store.Pool, error
 	return p, nil
 }
 
-// DeletePool DELETEs the IPAMPool with a resourceVersion precondition.
+// DeletePool DELETEs the IPAMPool with a resourceVersion precondition,
+// then the pool's IPAMReservations.
 func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
 	if err := store.ValidName("pool", p.Spec.Name); err != nil {
 		return err
@@ -135,5 +150,20 @@ func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
 	if p.Version == "" {
 		return s.noVersion(ctx, kindPool, name)
 	}
-	return s.del(ctx, kindPool, name, p.Version)
+	if err := s.del(ctx, kindPool, name, p.Version); err != nil {
+		return err
+	}
+	rs, err := s.listReservations(ctx, p.Spec.Name, false)
+	if errors.Is(err, ErrNoCRD) {
+		return nil
+	}
+	for _, r := range rs {
+		if err := s.DeleteReservation(ctx, r); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("pool %q is deleted, its reservations not all: %w", p.Spec.Name, err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pool %q is deleted, its reservations not: %w", p.Spec.Name, err)
+	}
+	return nil
 }

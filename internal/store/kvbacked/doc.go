@@ -19,6 +19,8 @@
 //	nodes/<node>/block/<pool>/<block>  store.BlockSpec JSON: one block's free queue
 //	nodes/<node>/record/<id>           store.FormatRecord: one handle's record
 //	lends/<borrower>/<lender>          empty: lender's object may lend to borrower
+//	reservations/<pool>                store.MarshalReservations: the pool's reservations,
+//	                                   written with the pool's key (reservations.go)
 //	meta/layout                        "3" once package migrate has run (ReadLayout;
 //	                                   "2": node objects whole under nodes/<node>,
 //	                                   split into parts by package migrate)

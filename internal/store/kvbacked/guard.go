@@ -29,7 +29,7 @@ type guard struct {
 // hint holds all of it: the node object, every pool of w.Pools, the layout
 // marker's version and the store's identity with its key's version. The
 // first transaction s runs afterwards is guarded by all of these besides
-// its own conditions — and by the hinted claims of the node it returns
+// its own conditions (a pool's version names its reservations too) — and by the hinted claims of the node it returns
 // (Warmed.Claims: each claim at its version, its value naming the node),
 // so that a hint naming a block the node does not claim costs a conflict
 // — and the first read first checks the marker and the identity. A guarded transaction whose guard fails returns an error
@@ -62,7 +62,11 @@ func (s *Store) TakeHint(w Warm) (Warmed, bool) {
 		if !ok {
 			return Warmed{}, false
 		}
-		p, err := decodePool(kv.KeyValue{Key: poolKey(name), Value: ph.Value, Version: v})
+		res := kv.KeyValue{Key: reservationsKey(name), Value: ph.Reserved}
+		if ph.Reserved != nil {
+			res.Version = v
+		}
+		p, err := decodePoolWith(kv.KeyValue{Key: poolKey(name), Value: ph.Value, Version: v}, res)
 		if err != nil {
 			return Warmed{}, false
 		}

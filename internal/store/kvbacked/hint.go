@@ -63,6 +63,10 @@ type PoolHint struct {
 	Name    string
 	Version store.Version
 	Value   []byte
+	// Reserved is the pool's reservations key as stored at Version (nil:
+	// none). Every reservation write puts the pool's key too, so the
+	// pool's version names its reservations as well.
+	Reserved []byte
 }
 
 // ClaimHint is a claim of the hint's node as one process last read or
@@ -260,8 +264,9 @@ func (s *Store) observeNode(n store.Node, wrote bool) {
 	s.track.ok, s.track.pending = true, &n
 }
 
-// observePool records pool name as stored (val nil: gone or not known).
-func (s *Store) observePool(name string, val []byte, v store.Version) {
+// observePool records pool name as stored with its reservations key's
+// value (val nil: gone or not known).
+func (s *Store) observePool(name string, val, reserved []byte, v store.Version) {
 	s.track.mu.Lock()
 	defer s.track.mu.Unlock()
 	if s.track.pools == nil {
@@ -271,7 +276,22 @@ func (s *Store) observePool(name string, val []byte, v store.Version) {
 		delete(s.track.pools, name)
 		return
 	}
-	s.track.pools[name] = PoolHint{Name: name, Version: v, Value: val}
+	s.track.pools[name] = PoolHint{Name: name, Version: v, Value: val, Reserved: reserved}
+}
+
+// observePoolUpdate records pool name written as val at version v by a
+// write guarded at version from: its reservations are those tracked at
+// from (a reservation written meanwhile would have moved the pool's
+// version), unknown when from is not the version tracked.
+func (s *Store) observePoolUpdate(name string, val []byte, from, v store.Version) {
+	s.track.mu.Lock()
+	prev, ok := s.track.pools[name]
+	s.track.mu.Unlock()
+	if !ok || prev.Version != from {
+		s.observePool(name, nil, nil, "")
+		return
+	}
+	s.observePool(name, val, prev.Reserved, v)
 }
 
 // observeClaim records the claim of block ref as read or written: held

@@ -25,6 +25,8 @@ const (
 	nodePrefix      = "nodes/"
 	lendsPrefix     = "lends/"
 	metaPrefix      = "meta/"
+	// reservationPrefix keys one value per pool: its reservations.
+	reservationPrefix = "reservations/"
 )
 
 // keyReserve is what MaxObjectBytes leaves of a transaction's byte limit
@@ -117,6 +119,7 @@ func claimKey(r store.BlockRef) string {
 func nodeClaimKey(node string, r store.BlockRef) string {
 	return nodeClaimPrefix + node + "/" + r.Pool + "/" + blockName(r.CIDR)
 }
+func reservationsKey(pool string) string      { return reservationPrefix + pool }
 func nodeKey(name string) string              { return nodePrefix + name }
 func lendsKey(borrower, lender string) string { return lendsPrefix + borrower + "/" + lender }
 

@@ -46,7 +46,8 @@ type Warmed struct {
 	Claims []store.Claim
 }
 
-// ReadLayoutWarm is ReadLayout that reads w's objects in the same Get.
+// ReadLayoutWarm is ReadLayout that reads w's objects in the same Get,
+// each pool with its reservations.
 // The node object, kept as a prefix of parts, is read with them when s
 // is a kv.PrefixGetter (one request, one revision) and left to the
 // caller otherwise (Warmed.Node without a Name). Names no object can have
@@ -67,8 +68,8 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 	pools := 0
 	for _, p := range w.Pools {
 		if store.ValidName("pool", p) == nil {
-			keys = append(keys, poolKey(p))
-			pools++
+			keys = append(keys, poolKey(p), reservationsKey(p))
+			pools += 2
 		}
 	}
 	var claims []store.BlockRef
@@ -128,16 +129,17 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 			out.Hint.Version, out.Hint.Value = n.Version, val
 		}
 	}
-	for _, e := range es[:pools] {
+	for i := 0; i < pools; i += 2 {
+		e, r := es[i], es[i+1]
 		if e.Version == 0 {
 			continue
 		}
-		p, err := decodePool(e)
+		p, err := decodePoolWith(e, r)
 		if err != nil {
 			return layout, Warmed{}, nil
 		}
 		out.Pools = append(out.Pools, p)
-		out.Hint.Pools = append(out.Hint.Pools, PoolHint{Name: p.Spec.Name, Version: p.Version, Value: e.Value})
+		out.Hint.Pools = append(out.Hint.Pools, PoolHint{Name: p.Spec.Name, Version: p.Version, Value: e.Value, Reserved: r.Value})
 	}
 	for i, e := range es[pools:] {
 		if e.Version == 0 {

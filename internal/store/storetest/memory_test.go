@@ -24,6 +24,7 @@ type memory struct {
 	pools  map[string]memObj
 	claims map[store.BlockRef]memObj
 	nodes  map[string]memObj
+	res    map[store.BlockRef]store.Reservation
 	flaws  flaws
 }
 
@@ -45,7 +46,7 @@ type flaws struct {
 }
 
 func newMemory(f flaws) *memory {
-	return &memory{pools: map[string]memObj{}, claims: map[store.BlockRef]memObj{}, nodes: map[string]memObj{}, flaws: f}
+	return &memory{pools: map[string]memObj{}, claims: map[store.BlockRef]memObj{}, nodes: map[string]memObj{}, res: map[store.BlockRef]store.Reservation{}, flaws: f}
 }
 
 func (m *memory) next(old memObj) int {
@@ -104,6 +105,11 @@ func (m *memory) GetPool(_ context.Context, name string) (store.Pool, error) {
 	}
 	p, err := store.UnmarshalPool(name, o.data)
 	p.Version = ver(o.rev)
+	var rs []store.Reservation
+	for _, r := range m.res {
+		rs = append(rs, r)
+	}
+	p.Spec.Reserved = store.ReservedPrefixes(name, rs)
 	return p, err
 }
 
@@ -152,7 +158,65 @@ func (m *memory) UpdatePool(ctx context.Context, p store.Pool) (store.Pool, erro
 func (m *memory) DeletePool(_ context.Context, p store.Pool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return remove(m.pools, p.Spec.Name, p.Version, m.flaws.ignoreVersion)
+	if err := remove(m.pools, p.Spec.Name, p.Version, m.flaws.ignoreVersion); err != nil {
+		return err
+	}
+	for ref := range m.res {
+		if ref.Pool == p.Spec.Name {
+			delete(m.res, ref)
+		}
+	}
+	return nil
+}
+
+func (m *memory) CreateReservation(_ context.Context, r store.Reservation) (store.Reservation, error) {
+	spec, err := store.EncodeReservation(r)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.pools[r.Pool]
+	if !ok {
+		return store.Reservation{}, fmt.Errorf("pool %q: %w", r.Pool, store.ErrNotFound)
+	}
+	p, _ := store.UnmarshalPool(r.Pool, o.data)
+	if err := store.ReservationFits(p.Spec, r); err != nil {
+		return store.Reservation{}, err
+	}
+	if _, ok := m.res[r.Ref()]; ok {
+		return store.Reservation{}, fmt.Errorf("%s: %w", r.Ref(), store.ErrExists)
+	}
+	m.rev++
+	r.Created, r.Version = spec.Created, ver(m.rev)
+	m.res[r.Ref()] = r
+	return r, nil
+}
+
+func (m *memory) ListReservations(_ context.Context, sel store.ReservationSelector) ([]store.Reservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.Reservation
+	for _, r := range m.res {
+		if sel.Pool == "" || r.Pool == sel.Pool {
+			out = append(out, r)
+		}
+	}
+	return store.SortReservations(out), nil
+}
+
+func (m *memory) DeleteReservation(_ context.Context, r store.Reservation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.res[r.Ref()]
+	switch {
+	case !ok:
+		return fmt.Errorf("%s: %w", r.Ref(), store.ErrNotFound)
+	case old.Version != r.Version:
+		return fmt.Errorf("%s: %w", r.Ref(), store.ErrConflict)
+	}
+	delete(m.res, r.Ref())
+	return nil
 }
 
 func (m *memory) CreateClaim(ctx context.Context, c store.Claim) (store.Claim, error) {

@@ -24,38 +24,52 @@ import (
 // empty store each time it is called; Run closes every store it opens.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Helper()
+	RunWithAdmin(t, open, open)
+}
+
+// RunWithAdmin is Run for a backend whose stores open lacks the rights
+// an admin has (the Kubernetes datastore's ServiceAccounts only read
+// reservations): the tests writing reservations use stores admin opens.
+func RunWithAdmin(t *testing.T, open, admin func(t *testing.T) store.Store) {
+	t.Helper()
 	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
+		name  string
+		fn    func(t *testing.T, s store.Store)
+		admin bool
 	}{
-		{"PoolLifecycle", testPoolLifecycle},
-		{"PoolNames", testPoolNames},
-		{"PoolInvalid", testPoolInvalid},
-		{"ListPools", testListPools},
-		{"ClaimLifecycle", testClaimLifecycle},
-		{"ClaimCreateRace", testClaimCreateRace},
-		{"ListClaimsExact", testListClaimsExact},
-		{"ListClaimsCached", testListClaimsCached},
-		{"ClaimSameCIDRTwoPools", testClaimSameCIDRTwoPools},
-		{"ClaimInvalid", testClaimInvalid},
-		{"NodeRoundTrip", testNodeRoundTrip},
-		{"NodeLifecycle", testNodeLifecycle},
-		{"NodeVersionAfterRecreate", testNodeVersionAfterRecreate},
-		{"NodeUnchangedUpdate", testNodeUnchangedUpdate},
-		{"NodeUpdateWhole", testNodeUpdateWhole},
-		{"NodeNames", testNodeNames},
-		{"NodeInvalid", testNodeInvalid},
-		{"NodeManyAddresses", testNodeManyAddresses},
-		{"NodeTooLarge", testNodeTooLarge},
-		{"NodeWriteTooLarge", testNodeWriteTooLarge},
-		{"NodeConcurrentAllocations", testNodeConcurrentAllocations},
-		{"ListNodesLendsTo", testListNodesLendsTo},
-		{"ListNodesAll", testListNodesAll},
-		{"CancelledContext", testCancelledContext},
+		{name: "PoolLifecycle", fn: testPoolLifecycle},
+		{name: "PoolNames", fn: testPoolNames},
+		{name: "PoolInvalid", fn: testPoolInvalid},
+		{name: "ListPools", fn: testListPools},
+		{name: "ClaimLifecycle", fn: testClaimLifecycle},
+		{name: "ClaimCreateRace", fn: testClaimCreateRace},
+		{name: "ListClaimsExact", fn: testListClaimsExact},
+		{name: "ListClaimsCached", fn: testListClaimsCached},
+		{name: "ClaimSameCIDRTwoPools", fn: testClaimSameCIDRTwoPools},
+		{name: "ClaimInvalid", fn: testClaimInvalid},
+		{name: "NodeRoundTrip", fn: testNodeRoundTrip},
+		{name: "NodeLifecycle", fn: testNodeLifecycle},
+		{name: "NodeVersionAfterRecreate", fn: testNodeVersionAfterRecreate},
+		{name: "NodeUnchangedUpdate", fn: testNodeUnchangedUpdate},
+		{name: "NodeUpdateWhole", fn: testNodeUpdateWhole},
+		{name: "NodeNames", fn: testNodeNames},
+		{name: "NodeInvalid", fn: testNodeInvalid},
+		{name: "NodeManyAddresses", fn: testNodeManyAddresses},
+		{name: "NodeTooLarge", fn: testNodeTooLarge},
+		{name: "NodeWriteTooLarge", fn: testNodeWriteTooLarge},
+		{name: "NodeConcurrentAllocations", fn: testNodeConcurrentAllocations},
+		{name: "ListNodesLendsTo", fn: testListNodesLendsTo},
+		{name: "ListNodesAll", fn: testListNodesAll},
+		{name: "Reservations", fn: testReservations, admin: true},
+		{name: "CancelledContext", fn: testCancelledContext},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := open(t)
+			opener := open
+			if tc.admin {
+				opener = admin
+			}
+			s := opener(t)
 			t.Cleanup(func() {
 				if err := s.Close(); err != nil {
 					t.Errorf("Close: %v", err)
