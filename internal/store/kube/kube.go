@@ -35,7 +35,7 @@ import (
 // The API group and version of the CRDs.
 const (
 	Group   = "ipkeeper.io"
-	Version = "v1alpha1"
+	Version = "v1beta1"
 )
 
 // The resources (plural names) of the CRDs.
