@@ -179,7 +179,7 @@ func nodeOfSize(t testing.TB, name string, size int) store.Node {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, _ := json.Marshal(wireOf(name, spec))
+		raw, _ := json.Marshal(wholeOf(name, spec))
 		return len(raw)
 	}
 	pad := strings.Repeat("x", 4000)
@@ -261,7 +261,7 @@ func TestSelectorsFilterByContent(t *testing.T) {
 	// A node object that lends to node-b, labelled as lending to node-x too.
 	n := dualStackNode(t, "node-a", "node-b")
 	ns, _ := store.EncodeNode(n)
-	raw, _ := json.Marshal(wireOf(n.Name, ns))
+	raw, _ := json.Marshal(wholeOf(n.Name, ns))
 	body, _ = admin.newObject(kindNode, st.names.object(n.Name), map[string]string{LendsPrefix + "node-x": "", LendsPrefix + "node-b": ""}, raw, "")
 	if _, err := admin.create(ctx, kindNode, st.names.object(n.Name), body); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func TestSchemaKeepsEverySpecField(t *testing.T) {
 	if spec.Handles[0].Attachment != nil || spec.Handles[1].Attachment == nil || spec.Handles[2].Node == "" || len(spec.Loans) == 0 {
 		t.Fatal("fixture: want an attachment-less handle, one with an attachment, a borrowed record and a loan")
 	}
-	sent, _ := json.Marshal(wireOf(n.Name, spec))
+	sent, _ := json.Marshal(wholeOf(n.Name, spec))
 	checkStored(t, admin, kindNode, st.names.object(n.Name), sent)
 
 	c := store.Claim{BlockRef: store.BlockRef{Pool: pool6.Name, CIDR: n.Blocks[1].CIDR}, Node: "node-a"}
@@ -84,10 +84,10 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 	ctx := ctxT(t)
 	good := dualStackNode(t, "node-a", "node-b")
 	spec, _ := store.EncodeNode(good)
-	nodeSpec := func(edit func(w *nodeWire)) []byte {
-		w := wireOf("node-a", spec)
+	nodeSpec := func(edit func(w *wholeWire)) []byte {
+		w := wholeOf("node-a", spec)
 		b, _ := json.Marshal(w)
-		var cp nodeWire
+		var cp wholeWire
 		_ = json.Unmarshal(b, &cp)
 		edit(&cp)
 		b, _ = json.Marshal(cp)
@@ -131,13 +131,13 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 		spec []byte
 		want string
 	}{
-		{"free queue with a run that does not ascend", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "5-2" }), "does not ascend"},
-		{"free queue missing an ordinal", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "0-5" }), "want 64 in all"},
-		{"unmasked block", nodeSpec(func(w *nodeWire) { w.Blocks[0].CIDR = netip.PrefixFrom(netip.MustParseAddr("10.0.0.65"), 26) }), "not a masked prefix"},
-		{"record that does not parse", nodeSpec(func(w *nodeWire) { w.Records[0] = "a.b.c 10.0.0.1" }), "want <addr>@<pool>"},
-		{"record with a key out of order", nodeSpec(func(w *nodeWire) { w.Records[0] += " node=x" }), "in that order"},
-		{"records and handles both", nodeSpec(func(w *nodeWire) { w.Handles = []store.HandleSpec{spec.Handles[0]} }), "both records and handles"},
-		{"record dropped, its address still taken", nodeSpec(func(w *nodeWire) { w.Records = w.Records[1:] }), "node-a"},
+		{"free queue with a run that does not ascend", nodeSpec(func(w *wholeWire) { w.Blocks[0].Free = "5-2" }), "does not ascend"},
+		{"free queue missing an ordinal", nodeSpec(func(w *wholeWire) { w.Blocks[0].Free = "0-5" }), "want 64 in all"},
+		{"unmasked block", nodeSpec(func(w *wholeWire) { w.Blocks[0].CIDR = netip.PrefixFrom(netip.MustParseAddr("10.0.0.65"), 26) }), "not a masked prefix"},
+		{"record that does not parse", nodeSpec(func(w *wholeWire) { w.Records[0] = "a.b.c 10.0.0.1" }), "want <addr>@<pool>"},
+		{"record with a key out of order", nodeSpec(func(w *wholeWire) { w.Records[0] += " node=x" }), "in that order"},
+		{"records and handles both", nodeSpec(func(w *wholeWire) { w.Handles = []store.HandleSpec{spec.Handles[0]} }), "both records and handles"},
+		{"record dropped, its address still taken", nodeSpec(func(w *wholeWire) { w.Records = w.Records[1:] }), "node-a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := admin.names.object("node-a")
@@ -171,7 +171,7 @@ func TestReadChecksName(t *testing.T) {
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-b", "node-c")
 	spec, _ := store.EncodeNode(n)
-	raw, _ := json.Marshal(wireOf("node-b", spec))
+	raw, _ := json.Marshal(wholeOf("node-b", spec))
 	body, _ := admin.newObject(kindNode, st.names.object("node-a"), nil, raw, "")
 	if _, err := admin.create(ctx, kindNode, st.names.object("node-a"), body); err != nil {
 		t.Fatal(err)

@@ -46,18 +46,10 @@ type object struct {
 	Kind       string          `json:"kind"`
 	Metadata   meta            `json:"metadata"`
 	Spec       json.RawMessage `json:"spec"`
-	// Summary is what `kubectl get` shows of a node object (printer
-	// columns cannot count): recomputed from the spec on every write,
+	// Summary is what `kubectl get` shows of a block's state (printer
+	// columns cannot count): recomputed on every write of the state,
 	// never read.
-	Summary *nodeSummary `json:"summary,omitempty"`
-}
-
-// nodeSummary counts a node object's blocks, addresses in use and handle
-// records.
-type nodeSummary struct {
-	Blocks  int `json:"blocks"`
-	InUse   int `json:"inUse"`
-	Handles int `json:"handles"`
+	Summary *blockSummary `json:"summary,omitempty"`
 }
 
 type objectList struct {
@@ -85,7 +77,7 @@ func (s *Store) newObject(k kind, name string, labels map[string]string, spec []
 	return s.newObjectSummary(k, name, labels, spec, version, nil)
 }
 
-func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, spec []byte, version store.Version, sum *nodeSummary) ([]byte, error) {
+func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, spec []byte, version store.Version, sum *blockSummary) ([]byte, error) {
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -124,7 +116,7 @@ type envelope struct {
 	APIVersion string       `json:"apiVersion"`
 	Kind       string       `json:"kind"`
 	Metadata   meta         `json:"metadata"`
-	Summary    *nodeSummary `json:"summary,omitempty"`
+	Summary    *blockSummary `json:"summary,omitempty"`
 }
 
 // do sends req and returns the answer's body, or the error — the API
