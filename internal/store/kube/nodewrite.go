@@ -31,51 +31,42 @@ type nodeWrite struct {
 // planWrite validates n and returns its write. A node object that was
 // not read from this store, or is written at another version than it
 // was read at, is written whole against the object as stored now, which
-// must be at n.Version; an unchanged one writes every part (so that every
-// writer that read it before fails).
+// must be at n.Version; an unchanged one is read and compared likewise,
+// then writes every part (so that every writer that read it before
+// fails).
 func (s *Store) planWrite(ctx context.Context, n store.Node, create bool) (nodeWrite, error) {
 	if err := store.ValidName("node", n.Name); err != nil {
 		return nodeWrite{}, err
 	}
 	w := nodeWrite{create: create}
 	p, read := n.StoredParts()
-	var cur *store.Node
-	switch {
-	case create:
+	whole := !create && (!read || store.CompositeVersion(p) != n.Version)
+	orig := n
+	if create || whole {
 		n = n.Normalized()
-	case !read || store.CompositeVersion(p) != n.Version:
-		got, err := s.GetNode(ctx, n.Name)
-		if err != nil {
-			return nodeWrite{}, err
-		}
-		if got.Version != n.Version {
-			return nodeWrite{}, fmt.Errorf("%w: node object %q is at version %q, not %q", store.ErrConflict, n.Name, got.Version, n.Version)
-		}
-		cur = &got
-		p, _ = got.StoredParts()
-		n = n.Normalized()
+		p = store.Parts{}
 	}
 	c, err := store.Changes(n)
 	if err != nil {
 		return nodeWrite{}, err
 	}
-	w.n, w.parts = n, p
 	refs, removed := c.Blocks, c.Removed
 	w.head = c.Head || create
-	switch {
-	case cur != nil:
-		w.head = true
-		for _, b := range cur.Blocks {
-			if ref := (store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}); !hasBlock(n, ref) {
-				removed = append(removed, ref)
-			}
+	if !whole && c.Empty() {
+		// A fence: every writer that read the object before must fail,
+		// and a stale fence must write nothing. The object is read and
+		// compared, then every part is written.
+		cur, err := s.GetNode(ctx, n.Name)
+		if err != nil {
+			return nodeWrite{}, err
 		}
-	case c.Empty():
+		if cur.Version != n.Version {
+			return nodeWrite{}, fmt.Errorf("%w: node object %q is at version %q, not %q", store.ErrConflict, n.Name, cur.Version, n.Version)
+		}
 		w.head = true
 		refs = slices.Collect(maps.Keys(p.Blocks))
 	}
 	slices.SortFunc(refs, compareFamily)
-	slices.SortFunc(removed, compareFamily)
 	frags := fragments(n, refs)
 	for _, ref := range refs {
 		bc, err := s.blockContent(n, ref, frags[ref])
@@ -84,7 +75,25 @@ func (s *Store) planWrite(ctx context.Context, n store.Node, create bool) (nodeW
 		}
 		w.blocks = append(w.blocks, bc)
 	}
-	w.removed = removed
+	if whole {
+		// Checked and encoded: now against the object as stored.
+		cur, err := s.GetNode(ctx, n.Name)
+		if err != nil {
+			return nodeWrite{}, err
+		}
+		if cur.Version != n.Version {
+			return nodeWrite{}, fmt.Errorf("%w: node object %q is at version %q, not %q", store.ErrConflict, n.Name, cur.Version, n.Version)
+		}
+		p, _ = cur.StoredParts()
+		w.head = true
+		for _, b := range cur.Blocks {
+			if ref := (store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}); !hasBlock(n, ref) {
+				removed = append(removed, ref)
+			}
+		}
+	}
+	slices.SortFunc(removed, compareFamily)
+	w.n, w.parts, w.removed = orig, p, removed
 	return w, nil
 }
 
@@ -93,7 +102,8 @@ func hasBlock(n store.Node, ref store.BlockRef) bool {
 	return ok
 }
 
-// send sends w's requests in order and returns the node as stored.
+// send sends w's requests in order and returns the node as stored (as
+// its caller gave it, with the versions of its parts).
 func (s *Store) send(ctx context.Context, w nodeWrite) (store.Node, error) {
 	n := w.n
 	parts := store.Parts{Head: w.parts.Head, Blocks: maps.Clone(w.parts.Blocks)}

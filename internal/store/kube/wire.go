@@ -113,9 +113,9 @@ func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, 
 
 // envelope is an object as sent, but its spec (see newObjectSummary).
 type envelope struct {
-	APIVersion string       `json:"apiVersion"`
-	Kind       string       `json:"kind"`
-	Metadata   meta         `json:"metadata"`
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Metadata   meta          `json:"metadata"`
 	Summary    *blockSummary `json:"summary,omitempty"`
 }
 
