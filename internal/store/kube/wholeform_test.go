@@ -3,7 +3,10 @@ package kube
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
@@ -43,4 +46,17 @@ func claimBlocks(t testing.TB, ctx context.Context, st *Store, n store.Node) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func mustAddr(t testing.TB, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func ipamIP(a netip.Addr, pool string, block netip.Prefix) ipam.HandleIP {
+	return ipam.HandleIP{Addr: a, Pool: pool, Block: block}
 }
