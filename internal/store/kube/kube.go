@@ -68,14 +68,12 @@ const MaxObjectBytes = 1 << 20
 
 // MaxBlockAddrs is the most addresses a pool's blocks may have on this
 // backend: a block's state holds a record per handle with an address in
-// it, and at recordBudget bytes each (a typical pod's record is 250 to
-// 350 bytes; the longest names Kubernetes allows make about 1 400) the
-// records of 512 addresses and the free queue stay within MaxObjectBytes.
-// A pool with larger blocks is refused when it is created or updated.
+// it, and at 1.5 KiB each (a typical pod's record is 250 to 350 bytes;
+// the longest names Kubernetes allows make about 1 400,
+// TestMaxBlockFits) the records of 512 addresses and the free queue stay
+// within MaxObjectBytes. A pool with larger blocks is refused when it is
+// created or updated.
 const MaxBlockAddrs = 512
-
-// recordBudget is what MaxBlockAddrs allows one address's record.
-const recordBudget = 1536
 
 // maxLabelBytes bounds the labels of one object (a block lending to
 // very many borrowers); over it a write is refused with ErrTooLarge.
