@@ -33,6 +33,9 @@ type blockState struct {
 type blockSummary struct {
 	InUse   int `json:"inUse"`
 	Handles int `json:"handles"`
+	// converted: the state is written by a conversion
+	// (AnnotationConverted).
+	converted bool
 }
 
 // storedBlock is an IPAMBlock as read: the claim, its state and its

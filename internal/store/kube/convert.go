@@ -40,6 +40,14 @@ func (w *headWire) wholeSpec() (store.NodeSpec, error) {
 	return spec, nil
 }
 
+// AnnotationConverted marks an IPAMBlock whose state a conversion wrote
+// (every other write of the state drops it). A conversion overwrites a
+// block's state only while it carries the mark: two conversions of one
+// IPAMNode write the same states, but a conversion that was overtaken —
+// another finished it, and the node wrote the block since — must not
+// write over that.
+const AnnotationConverted = "ipkeeper.io/converted"
+
 // convert writes node object name, whose IPAMNode o is in the v1alpha1
 // form, in parts: each block's state into its IPAMBlock (created when no
 // claim was made for the block) at the version read, IPv4 blocks first,
@@ -69,6 +77,7 @@ func (s *Store) convert(ctx context.Context, name string, o *object) error {
 		if err != nil {
 			return fmt.Errorf("converting node object %q: %w", name, err)
 		}
+		bc.sum.converted = true
 		if err := s.convertBlock(ctx, name, bc); err != nil {
 			return fmt.Errorf("converting node object %q: %w", name, err)
 		}
@@ -108,6 +117,9 @@ func (s *Store) convertBlock(ctx context.Context, node string, bc blockContent) 
 	b, err := s.decodeBlock(o, &bc.ref)
 	if err != nil {
 		return err
+	}
+	if b.state != nil && o.Metadata.Annotations[AnnotationConverted] == "" {
+		return fmt.Errorf("%w: block %s was written since node object %q was converted", store.ErrConflict, bc.ref, node)
 	}
 	if b.claim.Node != node {
 		return fmt.Errorf("%w: the IPAMNode of node %q holds block %s, which node %q claims: take the block out of it or delete the other claim",

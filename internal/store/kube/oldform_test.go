@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -165,4 +166,42 @@ func TestConvertKilled(t *testing.T) {
 		}
 		converted(t, st, admin, n)
 	}
+}
+
+// TestConvertOvertaken: a conversion that read the v1alpha1 IPAMNode,
+// then was overtaken — another conversion finished and the node wrote a
+// block since — fails with ErrConflict and does not write that block's
+// state over.
+func TestConvertOvertaken(t *testing.T) {
+	st := openStore(t)
+	admin := openAdmin(t, st.Prefix())
+	ctx := ctxT(t)
+	n := dualStackNode(t, "node-a", "node-b")
+	writeWhole(t, admin, n, false)
+	old, err := admin.get(ctx, kindNode, admin.names.object(n.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := converted(t, st, admin, n)
+	// The borrower's address in the IPv6 block released.
+	next := got
+	b6, err := next.Blocks[1].Release(next.Handles[2].IPs[0].Addr, next.Handles[2].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Blocks = []ipam.Block{next.Blocks[0], b6}
+	next.Handles = next.Handles[:2]
+	written, err := st.UpdateNode(ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.convert(ctx, n.Name, old); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("the overtaken conversion: %v; want ErrConflict", err)
+	}
+	back, err := st.GetNode(ctx, n.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written.Version = ""
+	sameNode(t, back, written)
 }

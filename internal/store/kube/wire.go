@@ -92,6 +92,9 @@ func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, 
 		return nil, fmt.Errorf("%w: %s %q: %d bytes of labels, the limit is %d", store.ErrTooLarge, k.kind, name, size, maxLabelBytes)
 	}
 	annotations := map[string]string{AnnotationWrite: writeNonce()}
+	if sum != nil && sum.converted {
+		annotations[AnnotationConverted] = "true"
+	}
 	// The spec is this package's own encoding, valid JSON: it is spliced
 	// into the envelope, not checked and compacted again by json.Marshal
 	// (a quarter of the time to build a 60-handle node's body).
