@@ -30,7 +30,7 @@ const (
 	NodeNameExtra = "authentication.kubernetes.io/node-name"
 )
 
-var ipamNodes = schema.GroupVersionResource{Group: "ipkeeper.io", Version: "v1alpha1", Resource: "ipamnodes"}
+var ipamNodes = schema.GroupVersionResource{Group: "ipkeeper.io", Version: "v1beta1", Resource: "ipamnodes"}
 
 // waitPolicies waits until the node-writes policy among objs (if any) is
 // in force: the API server loads admission policies asynchronously, so a
@@ -53,7 +53,7 @@ func (s *Server) waitPolicies(ctx context.Context, objs []*unstructured.Unstruct
 		return err
 	}
 	probe := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "ipkeeper.io/v1alpha1", "kind": "IPAMNode",
+		"apiVersion": "ipkeeper.io/v1beta1", "kind": "IPAMNode",
 		"metadata": map[string]any{"name": "kubetest-policy-probe"},
 		"spec":     map[string]any{"node": "kubetest-policy-probe", "blocks": []any{}, "records": []any{}},
 	}}

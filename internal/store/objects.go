@@ -36,7 +36,9 @@ func (r BlockRef) Compare(o BlockRef) int {
 
 // Claim records which node holds a block. Creating it is how a node claims
 // the block; only the node a claim names may keep the block's state in its
-// node object.
+// node object. On Kubernetes the claim's object holds that state too, so
+// its Version changes with every write of the block, and taking the block
+// out of the node object deletes the claim.
 type Claim struct {
 	BlockRef
 	// Node is the node holding the block.
@@ -63,8 +65,10 @@ type ClaimSelector struct {
 }
 
 // Node is a node object: every block one node holds and the records of the
-// handles whose addresses are in them. It is the unit of atomicity: an
-// allocation or release touching only this node's blocks is one update.
+// handles whose addresses are in them. An allocation or release touching
+// only this node's blocks is one update (one transaction on the local
+// file and etcd; on Kubernetes a request per block it changes: see the
+// package doc).
 type Node struct {
 	// Name is the node's name.
 	Name string

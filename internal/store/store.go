@@ -6,12 +6,32 @@
 // Kubernetes API implement the same contract and run one conformance suite
 // (package storetest).
 //
-// The unit of atomicity is the node object: every block a node holds, in
-// every pool and family, and the records of the handles whose addresses
-// are in them. An allocation from a node's own blocks — dual-stack
-// included — is one UpdateNode; a block is claimed by creating its Claim,
-// whose name is the block's uniqueness; nothing ever writes two objects at
-// once.
+// A node object is every block one node holds, in every pool and family,
+// the records of the handles whose addresses are in them, and the node's
+// loans. An allocation from a node's own blocks — dual-stack included —
+// is one UpdateNode; a block is claimed by creating its Claim, whose name
+// is the block's uniqueness, and a node object holds only blocks its node
+// claims; no write spans two node objects. Every backend stores a node
+// object in parts (its head: the loans; each block; its records) and a
+// write sends the parts it changes (Changes). How much of that is atomic
+// is the backend's:
+//
+//   - the local file and etcd write a node object in one transaction that
+//     compares its head: an UpdateNode is all or nothing, and fails when
+//     anything of the object changed since it was read;
+//   - Kubernetes keeps a block's state in its claim's object (IPAMBlock)
+//     and the head in an IPAMNode, and an UpdateNode is one request per
+//     object it changes, each a compare-and-swap at the version it was
+//     read at (the head only when the loans change): a write fails when
+//     an object it writes changed, and one that fails or dies after some
+//     of its requests leaves those written — a dual-stack record in one
+//     family's block only. Every such remnant is a partial handle of the
+//     attachment being written, which an ADD's retry releases and
+//     allocates again, and DEL, GC, the controller and `ipkeeperctl
+//     check` find by its handle ID (docs/STORAGE.md, crash points).
+//
+// No address is ever given two owners by either: an address is owned by
+// a record in the state of its block, which one compare-and-swap writes.
 package store
 
 import (
@@ -65,7 +85,9 @@ type Version string
 // a backend stores. Zero means no limit of that kind.
 type Limits struct {
 	// MaxObjectBytes bounds the encoding of an object the backend stores
-	// as one value: a pool's.
+	// as one value: a pool's; on Kubernetes also one block's state with
+	// its claim (the records of the block's addresses), so that a pool
+	// whose blocks could exceed it is refused there.
 	MaxObjectBytes int
 	// MaxNodeBytes bounds a node object's encoding (EncodeNode) where the
 	// backend stores it as one object; zero where it stores a node in
@@ -85,17 +107,24 @@ type Limits struct {
 // Store is a datastore of pools, block claims, node objects and
 // reservations.
 //
-// Every write is atomic and durable on its own: when it returns nil the
-// object is stored and survives a crash; when it returns an error other
-// than one whose outcome is unknown (a context deadline while the request
-// was in flight, wrapped in ErrUnavailable), nothing was written. Every
-// write returns the object as stored, with its new Version, so a caller
-// can keep what it wrote and compare-and-swap against it later without
-// reading it back.
+// Every write is durable: when it returns nil the object is stored and
+// survives a crash. A write of a pool or a claim, and of a node object on
+// a backend that writes it in one transaction, is atomic: when it returns
+// an error other than one whose outcome is unknown (a context deadline
+// while the request was in flight, wrapped in ErrUnavailable), nothing
+// was written. A write of a node object whose parts are objects of their
+// own (Kubernetes) is such writes in turn, and an error may leave the
+// first of them (see the package doc). Every write returns the object as
+// stored, with its new Version, so a caller can keep what it wrote and
+// compare-and-swap against it later without reading it back.
 //
 // Updates and deletes are compare-and-swap: they succeed only when the
 // object is at the Version the caller passes, and return ErrConflict
-// otherwise (ErrNotFound when it is gone). Lists are sorted by name
+// otherwise (ErrNotFound when it is gone). For a node object stored in
+// parts, an UpdateNode compares the parts it writes, at the versions its
+// caller read them at (the whole object on the local file and etcd, where
+// every write compares the head); one that changes nothing, a fence,
+// compares and writes every part. Lists are sorted by name
 // (pools, nodes) or by pool then CIDR (claims), and hold exactly the
 // objects the selector names: a backend that indexes by a hashed label
 // filters what it lists by the objects' content.

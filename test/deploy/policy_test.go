@@ -33,8 +33,8 @@ func authzPartition(what string) string {
 }
 
 var (
-	ipamNodesGVR  = schema.GroupVersionResource{Group: "ipkeeper.io", Version: "v1alpha1", Resource: "ipamnodes"}
-	ipamBlocksGVR = schema.GroupVersionResource{Group: "ipkeeper.io", Version: "v1alpha1", Resource: "ipamblocks"}
+	ipamNodesGVR  = schema.GroupVersionResource{Group: "ipkeeper.io", Version: "v1beta1", Resource: "ipamnodes"}
+	ipamBlocksGVR = schema.GroupVersionResource{Group: "ipkeeper.io", Version: "v1beta1", Resource: "ipamblocks"}
 )
 
 // openKube opens the Kubernetes datastore with kubeconfig kc in partition
@@ -335,7 +335,7 @@ func TestNodeWritesRefused(t *testing.T) {
 	t.Run("names", func(t *testing.T) {
 		create := func(what string, want func(*testing.T, string, error), gvr schema.GroupVersionResource, kind, name, partition string, spec map[string]any) {
 			t.Helper()
-			o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "ipkeeper.io/v1alpha1", "kind": kind,
+			o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "ipkeeper.io/v1beta1", "kind": kind,
 				"metadata": map[string]any{"name": name}, "spec": spec}}
 			if partition != "" {
 				o.SetLabels(map[string]string{kube.LabelPartition: partition})
@@ -499,7 +499,7 @@ func TestNodeWritesLargeLender(t *testing.T) {
 		records = append(records, r)
 		size += len(r) + 3
 	}
-	lender := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "ipkeeper.io/v1alpha1", "kind": "IPAMNode",
+	lender := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "ipkeeper.io/v1beta1", "kind": "IPAMNode",
 		"metadata": map[string]any{"name": part + ".node-big", "labels": map[string]any{kube.LabelPartition: part}},
 		"spec": map[string]any{"node": "node-big", "records": records,
 			"blocks": []any{map[string]any{"pool": "large-pool", "cidr": "10.70.0.0/26", "free": "0-63"}}}}}

@@ -86,7 +86,9 @@ func guardReq(node, container string) allocator.Request {
 // node-a — by a fresh allocator (a plugin process) and by the long-lived
 // one that made the earlier ADDs (the agent) — fails naming the block and
 // node-b, neither object changes, and `ipkeeperctl check` reports the
-// block. The warm ADD before the forgery sent one request, the write.
+// block. The warm ADD before the forgery sent one request, the write. On
+// Kubernetes, where a block's state is in its claim's IPAMBlock, the
+// forged write itself is refused and changes nothing.
 func TestForgedNodeObject(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -117,6 +119,25 @@ func TestForgedNodeObject(t *testing.T) {
 			}
 			if _, held := victim.Block(ref); !held {
 				t.Fatalf("node-b does not hold %s: %+v", ref, victim.Blocks)
+			}
+			if b.name == "kubernetes" {
+				// A block's state is in its claim's object: node-a's
+				// object cannot take on node-b's block at all.
+				own, err := s.GetNode(ctx, "node-a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				vb, _ := victim.Block(ref)
+				forged, _ := allocatortest.WithStolenBlock(own, vb)
+				if _, err := s.UpdateNode(ctx, forged); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), `"node-b"`) {
+					t.Fatalf("write of node-a's object holding node-b's block: %v; want ErrConflict naming node-b", err)
+				}
+				for _, want := range []store.Node{victim, own} {
+					if n, err := s.GetNode(ctx, want.Name); err != nil || n.Version != want.Version {
+						t.Fatalf("node object %s: version %q, %v; want %q unchanged", want.Name, n.Version, err, want.Version)
+					}
+				}
+				return
 			}
 			forged, stolen := allocatortest.Steal(t, s, "node-a", "node-b", ref)
 			for _, al := range []struct {

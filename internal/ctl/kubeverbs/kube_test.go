@@ -284,23 +284,24 @@ func TestVerbsOnKubernetes(t *testing.T) {
 	}
 	k.exit(0, "check", "--kubeconfig", sa)
 
-	// A claim deleted behind the CLI's back: check finds node-a's block
-	// without its claim, --repair recreates it.
-	c, err := st.GetClaim(ctx, store.BlockRef{Pool: "p4", CIDR: netip.MustParsePrefix("10.60.0.0/28")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.DeleteClaim(ctx, c); err != nil {
+	// A claim whose block no node object holds (an ADD killed after its
+	// claim): check finds it, --repair adds the block, empty, to the
+	// object of the node it names. (A block without a claim cannot be
+	// made here: the claim's IPAMBlock holds the block's state.)
+	c := store.Claim{BlockRef: store.BlockRef{Pool: "p4", CIDR: netip.MustParsePrefix("10.60.0.64/28")}, Node: "node-a"}
+	if _, err := st.CreateClaim(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := k.exit(2, "check", "-o", "json")
-	if !strings.Contains(out, `"block-without-claim"`) {
+	if !strings.Contains(out, `"claim-without-block"`) {
 		t.Fatalf("check: %s", out)
 	}
 	k.exit(3, "check", "--repair")
 	k.exit(0, "check")
-	if c, err := st.GetClaim(ctx, c.BlockRef); err != nil || c.Node != "node-a" {
-		t.Fatalf("claim after repair: %+v %v", c, err)
+	if n, err := st.GetNode(ctx, "node-a"); err != nil {
+		t.Fatal(err)
+	} else if _, held := n.Block(c.BlockRef); !held {
+		t.Fatalf("node-a's object after repair: %+v; want it holding %s", n.Blocks, c.BlockRef)
 	}
 
 	// leaks --release releases a leaked allocation (its pod is gone) as it

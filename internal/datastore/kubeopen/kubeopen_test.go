@@ -41,6 +41,9 @@ func TestOpenKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := store.Node{Name: "node-a", Blocks: []ipam.Block{ipam.NewBlock(osV4, osV4.BlockAt(0), "node-a")}}
+	if _, err := s.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: osV4.Name, CIDR: osV4.BlockAt(0)}, Node: "node-a"}); err != nil {
+		t.Fatalf("CreateClaim as the node ServiceAccount: %v", err)
+	}
 	if _, err := s.CreateNode(ctx, n); err != nil {
 		t.Fatalf("CreateNode as the node ServiceAccount: %v", err)
 	}

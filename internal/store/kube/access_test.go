@@ -25,17 +25,17 @@ import (
 // deploy/ ships, and a token bound to a pod on node-a), which may do
 // everything the backend does on its own node's objects, may do nothing
 // else with the datastore's resources:
-// no watch, patch or status update, no update of claims, no deleting of
-// the CRDs, no secrets.
+// no watch, patch or status update, no deleting of the CRDs, no
+// secrets.
 func TestNodeAccountLimits(t *testing.T) {
 	s := kubetest.Require(t, srv)
 	st := openAsNode(t, "node-a")
 	ctx := ctxT(t)
-	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
+	n, err := st.CreateNode(ctx, claimed(t, st, dualStackNode(t, "node-a", "node-b")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := st.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.64/26")}, Node: "node-a"})
+	c, err := st.GetClaim(ctx, store.BlockRef{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.64/26")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +54,7 @@ func TestNodeAccountLimits(t *testing.T) {
 	gvr := func(res string) dynamic.NamespaceableResourceInterface {
 		return dyn.Resource(schema.GroupVersionResource{Group: Group, Version: Version, Resource: res})
 	}
-	claimObj, err := gvr(ResourceBlocks).Get(ctx, st.names.claim(c.Pool, c.CIDR), metav1.GetOptions{})
-	if err != nil {
+	if _, err := gvr(ResourceBlocks).Get(ctx, st.names.claim(c.Pool, c.CIDR), metav1.GetOptions{}); err != nil {
 		t.Fatalf("GET of a claim as ipkeeper-node: %v", err)
 	}
 	poolObj, err := gvr(ResourcePools).Get(ctx, st.names.object(p.Spec.Name), metav1.GetOptions{})
@@ -66,7 +65,6 @@ func TestNodeAccountLimits(t *testing.T) {
 	refused := map[string]error{}
 	_, refused["watch ipamnodes"] = gvr(ResourceNodes).Watch(ctx, metav1.ListOptions{})
 	_, refused["patch ipamnode"] = gvr(ResourceNodes).Patch(ctx, st.names.object(n.Name), types.MergePatchType, patch, metav1.PatchOptions{})
-	_, refused["update ipamblock"] = gvr(ResourceBlocks).Update(ctx, claimObj, metav1.UpdateOptions{})
 	_, refused["update ipampool status"] = gvr(ResourcePools).UpdateStatus(ctx, poolObj, metav1.UpdateOptions{})
 	refused["deletecollection ipamnodes"] = gvr(ResourceNodes).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	refused["delete the IPAMNode CRD"] = dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
@@ -167,19 +165,22 @@ func TestNothingSentWhenRefused(t *testing.T) {
 
 func second[T any](_ T, err error) error { return err }
 
-// nodeOfSize returns a valid node object whose stored spec (nodeWire) is
-// exactly size bytes: one /16 block, records padded with long netns paths.
+// nodeOfSize returns a valid node object whose one block's stored spec
+// (its IPAMBlock's: claim and state) is exactly size bytes: one /16
+// block, records padded with long netns paths.
 func nodeOfSize(t testing.TB, name string, size int) store.Node {
 	t.Helper()
 	p := ipam.Pool{Name: "big", CIDR: netip.MustParsePrefix("10.1.0.0/16"), BlockSize: 16}
 	b := ipam.NewBlock(p, p.CIDR, name)
 	n := store.Node{Name: name}
 	enc := func() int {
-		spec, err := store.EncodeNode(n)
-		if err != nil {
-			t.Fatal(err)
+		ref := store.BlockRef{Pool: p.Name, CIDR: p.CIDR}
+		w := blockWire{Pool: p.Name, CIDR: p.CIDR, Node: name, State: &blockState{Free: store.FormatQueue(n.Blocks[0].Free)}}
+		for _, h := range fragments(n, []store.BlockRef{ref})[ref] {
+			hs := store.EncodeHandle(h, name)
+			w.State.Records = append(w.State.Records, store.FormatRecord(&hs))
 		}
-		raw, _ := json.Marshal(wireOf(name, spec))
+		raw, _ := json.Marshal(w)
 		return len(raw)
 	}
 	pad := strings.Repeat("x", 4000)
@@ -212,14 +213,15 @@ func nodeOfSize(t testing.TB, name string, size int) store.Node {
 	return n
 }
 
-// TestSizeLimit: a node object of exactly MaxObjectBytes is stored by the
-// API server (over etcd's default 1.5 MiB request limit: the headroom is
-// real), and read back; one byte more is ErrTooLarge.
+// TestSizeLimit: a block whose IPAMBlock's spec is exactly MaxObjectBytes
+// is stored by the API server (over etcd's default 1.5 MiB request
+// limit: the headroom is real), and read back; one byte more is
+// ErrTooLarge.
 func TestSizeLimit(t *testing.T) {
 	st := openStore(t)
 	ctx := ctxT(t)
 	n := nodeOfSize(t, "node-big", MaxObjectBytes)
-	created, err := st.CreateNode(ctx, n)
+	created, err := st.CreateNode(ctx, claimed(t, st, n))
 	if err != nil {
 		t.Fatalf("node object of MaxObjectBytes: %v", err)
 	}
@@ -258,12 +260,20 @@ func TestSelectorsFilterByContent(t *testing.T) {
 	if got, err := st.ListClaims(ctx, store.ClaimSelector{Pool: "blue"}); err != nil || len(got) != 1 || got[0].Node != "node-y" {
 		t.Fatalf("claims of pool blue: %+v, %v; want node-y's", got, err)
 	}
-	// A node object that lends to node-b, labelled as lending to node-x too.
-	n := dualStackNode(t, "node-a", "node-b")
-	ns, _ := store.EncodeNode(n)
-	raw, _ := json.Marshal(wireOf(n.Name, ns))
-	body, _ = admin.newObject(kindNode, st.names.object(n.Name), map[string]string{LendsPrefix + "node-x": "", LendsPrefix + "node-b": ""}, raw, "")
-	if _, err := admin.create(ctx, kindNode, st.names.object(n.Name), body); err != nil {
+	// A node object that lends to node-b, its block labelled as lending
+	// to node-x too.
+	n, err := st.CreateNode(ctx, claimed(t, st, dualStackNode(t, "node-a", "node-b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b6 := st.names.claim(n.Blocks[1].Pool, n.Blocks[1].CIDR)
+	o, err := admin.get(ctx, kindBlock, b6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Metadata.Labels[LendsPrefix+"node-x"] = ""
+	body, _ = admin.newObjectSummary(kindBlock, b6, o.Metadata.Labels, o.Spec, store.Version(o.Metadata.ResourceVersion), o.Summary)
+	if _, err := admin.update(ctx, kindBlock, b6, body); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := st.ListNodes(ctx, store.NodeSelector{LendsTo: "node-x"}); err != nil || len(got) != 0 {
@@ -280,11 +290,10 @@ func TestSelectorsFilterByContent(t *testing.T) {
 	if _, err := st.UpdateNode(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	o, err := admin.get(ctx, kindNode, st.names.object("node-a"))
-	if err != nil {
+	if o, err = admin.get(ctx, kindBlock, b6); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := o.Metadata.Labels[LendsPrefix+"node-x"]; ok || len(o.Metadata.Labels) != 2 {
-		t.Fatalf("labels after an update: %v; want the partition and lends.ipkeeper.io/node-b only", o.Metadata.Labels)
+	if _, ok := o.Metadata.Labels[LendsPrefix+"node-x"]; ok || len(o.Metadata.Labels) != 4 {
+		t.Fatalf("labels after an update: %v; want the partition, node, pool and lends.ipkeeper.io/node-b only", o.Metadata.Labels)
 	}
 }

@@ -24,7 +24,7 @@ import (
 func BenchmarkOps(b *testing.B) {
 	st := openStore(b)
 	ctx := ctxT(b)
-	n, err := st.CreateNode(ctx, dualStackNode(b, "node-a", "node-b"))
+	n, err := st.CreateNode(ctx, claimed(b, st, dualStackNode(b, "node-a", "node-b")))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,26 +20,12 @@ func (s *Store) claimRefName(ref store.BlockRef) (string, error) {
 	return s.names.claim(ref.Pool, ref.CIDR), nil
 }
 
-// decodeClaim decodes a claim object; with want set it must be that block,
-// else it must be the block its name says.
+// decodeClaim decodes an IPAMBlock as a claim (whether or not it holds
+// its block's state); with want set it must be that block, else it must
+// be the block its name says.
 func (s *Store) decodeClaim(o *object, want *store.BlockRef) (store.Claim, error) {
-	var spec store.ClaimSpec
-	if err := json.Unmarshal(o.Spec, &spec); err != nil {
-		return store.Claim{}, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, what(kindBlock, o.Metadata.Name), err)
-	}
-	ref := store.BlockRef{Pool: spec.Pool, CIDR: spec.CIDR}
-	if want != nil {
-		ref = *want
-	}
-	c, err := store.DecodeClaim(ref, spec)
-	if err != nil {
-		return store.Claim{}, fmt.Errorf("%s: %w", what(kindBlock, o.Metadata.Name), err)
-	}
-	if name := s.names.claim(c.Pool, c.CIDR); name != o.Metadata.Name {
-		return store.Claim{}, fmt.Errorf("%w: %s holds the claim of %s, whose object name is %q", store.ErrCorrupt, what(kindBlock, o.Metadata.Name), c.BlockRef, name)
-	}
-	c.Version = store.Version(o.Metadata.ResourceVersion)
-	return c, nil
+	b, err := s.decodeBlock(o, want)
+	return b.claim, err
 }
 
 func claimLabels(c store.Claim) map[string]string {
@@ -119,7 +105,10 @@ func (s *Store) ListClaims(ctx context.Context, sel store.ClaimSelector) ([]stor
 	return out, nil
 }
 
-// DeleteClaim DELETEs the IPAMBlock with a resourceVersion precondition.
+// DeleteClaim GETs the IPAMBlock and DELETEs it with a resourceVersion
+// precondition: at c.Version, and only while its state (when its node
+// uses the block) holds no address. The claim and the block's state are
+// one object, whose version every write of the state changes.
 func (s *Store) DeleteClaim(ctx context.Context, c store.Claim) error {
 	name, err := s.claimRefName(c.BlockRef)
 	if err != nil {
@@ -127,6 +116,20 @@ func (s *Store) DeleteClaim(ctx context.Context, c store.Claim) error {
 	}
 	if c.Version == "" {
 		return s.noVersion(ctx, kindBlock, name)
+	}
+	o, err := s.get(ctx, kindBlock, name)
+	if err != nil {
+		return err
+	}
+	b, err := s.decodeBlock(o, &c.BlockRef)
+	switch {
+	case err != nil:
+		return err
+	case b.version != c.Version:
+		return fmt.Errorf("%w: %s is at version %q, not %q", store.ErrConflict, what(kindBlock, name), b.version, c.Version)
+	case b.state != nil && len(b.state.Records) > 0:
+		return fmt.Errorf("%w: %s holds %d handle records of node %q: release them, and take the block out of its node object, first",
+			store.ErrConflict, what(kindBlock, name), len(b.state.Records), b.claim.Node)
 	}
 	return s.del(ctx, kindBlock, name, c.Version)
 }

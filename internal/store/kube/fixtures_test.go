@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -34,8 +35,18 @@ func ctxT(t testing.TB) context.Context {
 // loan (a handle of this node holding an address in another node's block).
 func dualStackNode(t testing.TB, name, borrower string) store.Node {
 	t.Helper()
-	b4 := ipam.NewBlock(pool4, netip.MustParsePrefix("10.0.0.64/26"), name)
-	b6 := ipam.NewBlock(pool6, netip.MustParsePrefix("fd00:22::40/122"), name)
+	return dualStackNodeIn(t, name, borrower, 0)
+}
+
+// dualStackNodeIn is dualStackNode in the k-th pair of blocks
+// (10.0.k.64/26, fd00:22::k:40/122): node objects stored side by side
+// hold blocks of their own.
+func dualStackNodeIn(t testing.TB, name, borrower string, k int) store.Node {
+	t.Helper()
+	v4 := func(last int) string { return fmt.Sprintf("10.0.%d.%d", k, last) }
+	v6 := func(last string) string { return fmt.Sprintf("fd00:22::%x:%s", k, last) }
+	b4 := ipam.NewBlock(pool4, netip.MustParsePrefix(v4(64)+"/26"), name)
+	b6 := ipam.NewBlock(pool6, netip.MustParsePrefix(v6("40")+"/122"), name)
 	created := time.Date(2025, 3, 4, 5, 6, 7, 890123456, time.UTC)
 	h1 := ipam.Handle{ID: ipam.HandleID("kindnet", "c0ffee", "eth0"), Network: "kindnet", ContainerID: "c0ffee", IfName: "eth0",
 		Node: name, NetNS: "/var/run/netns/cni-1", Namespace: "default", Pod: "web-0", PodUID: "8a1c5a3e-0000-4000-8000-000000000001", Created: created}
@@ -52,10 +63,10 @@ func dualStackNode(t testing.TB, name, borrower string) store.Node {
 		*b = nb
 		h.IPs = append(h.IPs, ipam.HandleIP{Addr: a, Pool: p.Name, Block: b.CIDR})
 	}
-	assign(&b4, pool4, &h1, "10.0.0.70")
-	assign(&b6, pool6, &h1, "fd00:22::41")
-	assign(&b4, pool4, &h2, "10.0.0.71")
-	assign(&b6, pool6, &h3, "fd00:22::7f")
+	assign(&b4, pool4, &h1, v4(70))
+	assign(&b6, pool6, &h1, v6("41"))
+	assign(&b4, pool4, &h2, v4(71))
+	assign(&b6, pool6, &h3, v6("7f"))
 	// h2 also holds an address in node-z's blocks.
 	return store.Node{Name: name, Blocks: []ipam.Block{b4, b6}, Handles: []ipam.Handle{h1, h2, h3},
 		Loans: []store.Loan{{Handle: h2.ID, Lender: "node-z"}}}
@@ -64,6 +75,7 @@ func dualStackNode(t testing.TB, name, borrower string) store.Node {
 // sameNode fails t unless got is want (content and, when set, version).
 func sameNode(t testing.TB, got, want store.Node) {
 	t.Helper()
+	got, want = withVersion(got.Normalized(), got.Version), withVersion(want.Normalized(), want.Version)
 	g, err := store.MarshalNode(got)
 	if err != nil {
 		t.Fatalf("read back an invalid node object: %v", err)
@@ -84,4 +96,9 @@ func sameNode(t testing.TB, got, want store.Node) {
 	if want.Version != "" && got.Version != want.Version {
 		t.Fatalf("version %q, want %q", got.Version, want.Version)
 	}
+}
+
+func withVersion(n store.Node, v store.Version) store.Node {
+	n.Version = v
+	return n
 }

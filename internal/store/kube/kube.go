@@ -1,17 +1,21 @@
 // Package kube is the Kubernetes datastore: a store.Store over the
 // cluster-scoped CustomResources of group ipkeeper.io (deploy/crds.yaml) —
-// IPAMPool (a pool), IPAMBlock (a block claim), IPAMNode (a node
-// object) and IPAMReservation (reservations.go) — through client-go's REST client with the contract's own JSON
-// encodings as specs (store.MarshalPool, store.ClaimSpec, store.NodeSpec).
+// IPAMPool (a pool), IPAMBlock (a block: its claim and, once its node
+// uses it, its state), IPAMNode (a node's head: its loans) and
+// IPAMReservation (reservations.go) — through client-go's REST client
+// with the contract's own encodings as specs
+// (store.MarshalPool, store.ClaimSpec, store.BlockSpec's free queue,
+// store.FormatRecord). A node object is its IPAMNode and the state of its
+// blocks; a write PUTs the objects it changes (nodewrite.go).
 //
 // Versions are resourceVersions: an update is a PUT carrying the version
 // the caller read (the API server refuses it with 409 Conflict when the
 // object moved on), a delete a DELETE with a resourceVersion precondition,
 // a create a POST (409 AlreadyExists when the name is taken). Reads on an
-// allocation's path are one GET (GetNode, GetClaim, GetPool) or one
-// label-selector LIST bounded by a node (ListClaims{Node},
-// ListNodes{LendsTo}); nothing lists the cluster except the selector-less
-// lists the controller and `ipkeeperctl check` use.
+// allocation's path are a GET (GetClaim, GetPool) or label-selector LISTs
+// bounded by a node (GetNode: its IPAMBlocks, then a GET of its IPAMNode;
+// ListClaims{Node}, ListNodes{LendsTo}); nothing lists the cluster except
+// the selector-less lists the controller and `ipkeeperctl check` use.
 //
 // Names are mapped to legal object names and label values injectively
 // (names.go); every read checks an object's content against the name it
@@ -35,7 +39,7 @@ import (
 // The API group and version of the CRDs.
 const (
 	Group   = "ipkeeper.io"
-	Version = "v1alpha1"
+	Version = "v1beta1"
 )
 
 // The resources (plural names) of the CRDs.
@@ -46,8 +50,8 @@ const (
 )
 
 // Labels the backend sets. LabelPartition is on every object of a
-// partitioned store; LabelNode and LabelPool on claims; LendsPrefix+<node>
-// on node objects holding a record of that node's handle.
+// partitioned store; LabelNode and LabelPool on IPAMBlocks; LendsPrefix+<node>
+// on IPAMBlocks whose state holds a record of that node's handle.
 const (
 	LabelPartition = "ipkeeper.io/partition"
 	LabelNode      = "ipkeeper.io/node"
@@ -63,7 +67,16 @@ const (
 // of spec leaves that headroom.
 const MaxObjectBytes = 1 << 20
 
-// maxLabelBytes bounds the labels of one object (a node object lending to
+// MaxBlockAddrs is the most addresses a pool's blocks may have on this
+// backend: a block's state holds a record per handle with an address in
+// it, and at 1.5 KiB each (a typical pod's record is 250 to 350 bytes;
+// the longest names Kubernetes allows make about 1 400,
+// TestMaxBlockFits) the records of 512 addresses and the free queue stay
+// within MaxObjectBytes. A pool with larger blocks is refused when it is
+// created or updated.
+const MaxBlockAddrs = 512
+
+// maxLabelBytes bounds the labels of one object (a block lending to
 // very many borrowers); over it a write is refused with ErrTooLarge.
 const maxLabelBytes = 128 << 10
 
@@ -170,10 +183,14 @@ var codecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(s)
 }()
 
-// Limits returns MaxObjectBytes, for pools and for node objects: a node
-// object is one IPAMNode, written whole.
+// Limits: a node object is stored in parts (MaxNodeBytes 0), each
+// IPAMBlock (a block's state: its free queue and the records of its
+// addresses) and each pool at most MaxObjectBytes of spec; what one write
+// of a node object changes is bounded by the same number (MaxWriteBytes),
+// as a write sends at least that. A pool whose blocks could hold more is
+// refused (MaxBlockAddrs).
 func (s *Store) Limits() store.Limits {
-	return store.Limits{MaxObjectBytes: MaxObjectBytes, MaxNodeBytes: MaxObjectBytes}
+	return store.Limits{MaxObjectBytes: MaxObjectBytes, MaxWriteBytes: MaxObjectBytes}
 }
 
 // Close releases idle connections.

@@ -1,7 +1,7 @@
 package kube
 
 import (
-	"net/netip"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,8 +13,7 @@ import (
 
 // TestKubectlGetColumns: `kubectl get` shows the printer columns with the
 // values the backend stored (pool: CIDR, block size, disabled, deleting;
-// block: CIDR, pool, node; node: counts of blocks, addresses and records). In Use and Free stay empty
-// until the controller writes the status.
+// block: CIDR, pool, node, addresses in use; node: its name).
 func TestKubectlGetColumns(t *testing.T) {
 	testenv.NeedCommands(t, "kubectl")
 	s := kubetest.Require(t, srv)
@@ -23,11 +22,11 @@ func TestKubectlGetColumns(t *testing.T) {
 	if _, err := st.CreatePool(ctx, store.Pool{Spec: pool6}); err != nil {
 		t.Fatal(err)
 	}
-	c := store.Claim{BlockRef: store.BlockRef{Pool: pool6.Name, CIDR: netip.MustParsePrefix("fd00:22::40/122")}, Node: "node-a"}
-	if _, err := st.CreateClaim(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b")); err != nil {
+	n := dualStackNode(t, "node-a", "node-b")
+	n.Blocks = n.Blocks[1:] // the IPv6 block, with a record of each handle
+	n.Handles[0].IPs = n.Handles[0].IPs[1:]
+	n.Handles = []ipam.Handle{n.Handles[0], n.Handles[2]}
+	if _, err := st.CreateNode(ctx, claimed(t, st, n)); err != nil {
 		t.Fatal(err)
 	}
 	get := func(resource string) string {
@@ -43,12 +42,12 @@ func TestKubectlGetColumns(t *testing.T) {
 		header   []string
 		row      []string
 	}{
-		{ResourcePools, []string{"NAME", "CIDR", "BLOCK SIZE", "DISABLED", "DELETING", "IN USE", "FREE", "AGE"},
+		{ResourcePools, []string{"NAME", "CIDR", "BLOCK SIZE", "DISABLED", "DELETING", "AGE"},
 			[]string{st.names.object(pool6.Name), "fd00:22::/64", "122", "true", "true"}},
 		{ResourceBlocks, []string{"NAME", "CIDR", "POOL", "NODE", "IN USE", "AGE"},
-			[]string{st.Prefix() + ".fd00---64--" + hashOf(pool6.Name) + ".fd00-22--40-122", "fd00:22::40/122", "fd00::-64", "node-a"}},
-		{ResourceNodes, []string{"NAME", "NODE", "BLOCKS", "IN USE", "HANDLES", "AGE"},
-			[]string{st.Prefix() + ".node-a", "node-a", "2", "4", "3"}},
+			[]string{st.Prefix() + ".fd00---64--" + hashOf(pool6.Name) + ".fd00-22--40-122", "fd00:22::40/122", "fd00::-64", "node-a", "2"}},
+		{ResourceNodes, []string{"NAME", "NODE", "AGE"},
+			[]string{st.Prefix() + ".node-a", "node-a"}},
 	} {
 		out := get(c.resource)
 		lines := strings.Split(strings.TrimSpace(out), "\n")

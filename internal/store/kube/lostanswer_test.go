@@ -69,8 +69,9 @@ func TestLostAnswer(t *testing.T) {
 	defer st.Close()
 	ctx := ctxT(t)
 
+	fixture := claimed(t, st, dualStackNode(t, "node-a", "node-b"))
 	lossy.mode.Store(dropAnswer)
-	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
+	n, err := st.CreateNode(ctx, fixture)
 	if err != nil {
 		t.Fatalf("create whose answer was lost: %v, want it resolved as stored", err)
 	}
@@ -97,7 +98,7 @@ func TestLostAnswer(t *testing.T) {
 	}
 
 	lossy.mode.Store(dropAnswer)
-	c, err := st.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.64/26")}, Node: "node-a"})
+	c, err := st.CreateClaim(ctx, store.Claim{BlockRef: store.BlockRef{Pool: "blue", CIDR: netip.MustParsePrefix("10.0.0.128/26")}, Node: "node-a"})
 	if err != nil {
 		t.Fatalf("claim whose answer was lost: %v, want it resolved as stored", err)
 	}

@@ -12,23 +12,33 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
 )
 
-// BenchmarkNodeBody measures building the body of an IPAMNode update (the
-// agent's CPU per ADD, beside the request itself):
+// BenchmarkBlockBody measures building the body of an IPAMBlock's state
+// (the agent's CPU per ADD and family, beside the request itself):
 //
-//	go test -run '^$' -bench BenchmarkNodeBody ./internal/store/kube/
-func BenchmarkNodeBody(b *testing.B) {
+//	go test -run '^$' -bench BenchmarkBlockBody ./internal/store/kube/
+func BenchmarkBlockBody(b *testing.B) {
 	s := &Store{names: namer{prefix: "bench"}, prefix: "bench"}
 	for _, pods := range []int{5, 50} {
 		n := storetest.DualStackNode(b, "node-a", pods)
+		ref := store.BlockRef{Pool: n.Blocks[0].Pool, CIDR: n.Blocks[0].CIDR}
 		b.Run(fmt.Sprintf("handles=%d", pods), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := s.nodeBody(n); err != nil {
+				if _, err := nodeBlockBody(s, n, ref); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
+}
+
+// nodeBlockBody is the body of a PUT of block ref of n.
+func nodeBlockBody(s *Store, n store.Node, ref store.BlockRef) ([]byte, error) {
+	bc, err := s.blockContent(n, ref, fragments(n, []store.BlockRef{ref})[ref])
+	if err != nil {
+		return nil, err
+	}
+	return s.blockBody(bc, "7")
 }
 
 // TestObjectBodySplice: the body newObjectSummary splices together is the
@@ -37,7 +47,7 @@ func BenchmarkNodeBody(b *testing.B) {
 func TestObjectBodySplice(t *testing.T) {
 	s := &Store{names: namer{prefix: "p1"}, prefix: "p1"}
 	n := storetest.DualStackNode(t, "node-a", 3)
-	_, nodeBody, err := s.nodeBody(n)
+	nodeBody, err := nodeBlockBody(s, n, store.BlockRef{Pool: n.Blocks[1].Pool, CIDR: n.Blocks[1].CIDR})
 	if err != nil {
 		t.Fatal(err)
 	}

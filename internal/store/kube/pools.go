@@ -12,11 +12,16 @@ import (
 )
 
 // poolSpec validates p and returns its spec (store.MarshalPool) after the
-// size check; nothing is sent when it fails.
+// size checks (of the pool, and of its blocks: MaxBlockAddrs); nothing is
+// sent when they fail.
 func poolSpec(p store.Pool) ([]byte, error) {
 	spec, err := store.MarshalPool(p)
 	if err != nil {
 		return nil, err
+	}
+	if host := p.Spec.CIDR.Addr().BitLen() - p.Spec.BlockSize; host >= 0 && host < 63 && 1<<host > MaxBlockAddrs {
+		return nil, fmt.Errorf("%w: pool %q: blocks of /%d hold %d addresses; on the Kubernetes datastore a block's state (one IPAMBlock of at most %d bytes) holds the records of at most %d addresses: use a block size of /%d or longer",
+			store.ErrInvalid, p.Spec.Name, p.Spec.BlockSize, 1<<host, MaxObjectBytes, MaxBlockAddrs, p.Spec.CIDR.Addr().BitLen()-bitsOf(MaxBlockAddrs))
 	}
 	if err := (store.Limits{MaxObjectBytes: MaxObjectBytes}).Fits("pool "+p.Spec.Name, len(spec)); err != nil {
 		return nil, err
@@ -166,4 +171,14 @@ func (s *Store) DeletePool(ctx context.Context, p store.Pool) error {
 		return fmt.Errorf("pool %q is deleted, its reservations not: %w", p.Spec.Name, err)
 	}
 	return nil
+}
+
+// bitsOf returns log2 of a power of two.
+func bitsOf(n int) int {
+	b := 0
+	for n > 1 {
+		n >>= 1
+		b++
+	}
+	return b
 }

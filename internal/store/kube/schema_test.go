@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,7 +15,8 @@ import (
 // TestSchemaKeepsEverySpecField: what the API server stores (GET as the
 // admin, raw) is exactly the spec the backend sent — no field pruned by
 // the CRD's structural schema, none added — for a full dual-stack node
-// object, a claim and pools with every field set.
+// object (its IPAMNode and its blocks' states), a claim and pools with
+// every field set.
 func TestSchemaKeepsEverySpecField(t *testing.T) {
 	st := openStore(t)
 	admin := openAdmin(t, st.Prefix())
@@ -23,7 +25,7 @@ func TestSchemaKeepsEverySpecField(t *testing.T) {
 	if n.Handles[0].ID == n.Handles[1].ID {
 		t.Fatal("fixture")
 	}
-	if _, err := st.CreateNode(ctx, n); err != nil {
+	if _, err := st.CreateNode(ctx, claimed(t, st, n)); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := store.EncodeNode(n)
@@ -33,10 +35,19 @@ func TestSchemaKeepsEverySpecField(t *testing.T) {
 	if spec.Handles[0].Attachment != nil || spec.Handles[1].Attachment == nil || spec.Handles[2].Node == "" || len(spec.Loans) == 0 {
 		t.Fatal("fixture: want an attachment-less handle, one with an attachment, a borrowed record and a loan")
 	}
-	sent, _ := json.Marshal(wireOf(n.Name, spec))
+	sent, _ := json.Marshal(headSpec{Node: n.Name, Loans: spec.Loans})
 	checkStored(t, admin, kindNode, st.names.object(n.Name), sent)
+	for _, b := range n.Blocks {
+		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
+		// A create writes the records in the order of their IDs.
+		bc, err := st.blockContent(n, ref, fragments(n.Normalized(), []store.BlockRef{ref})[ref])
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkStored(t, admin, kindBlock, bc.name, bc.spec)
+	}
 
-	c := store.Claim{BlockRef: store.BlockRef{Pool: pool6.Name, CIDR: n.Blocks[1].CIDR}, Node: "node-a"}
+	c := store.Claim{BlockRef: store.BlockRef{Pool: pool6.Name, CIDR: netip.MustParsePrefix("fd00:22::80/122")}, Node: "node-a"}
 	if _, err := st.CreateClaim(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +95,10 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 	ctx := ctxT(t)
 	good := dualStackNode(t, "node-a", "node-b")
 	spec, _ := store.EncodeNode(good)
-	nodeSpec := func(edit func(w *nodeWire)) []byte {
-		w := wireOf("node-a", spec)
+	nodeSpec := func(edit func(w *wholeWire)) []byte {
+		w := wholeOf("node-a", spec)
 		b, _ := json.Marshal(w)
-		var cp nodeWire
+		var cp wholeWire
 		_ = json.Unmarshal(b, &cp)
 		edit(&cp)
 		b, _ = json.Marshal(cp)
@@ -106,7 +117,9 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 		{"pool, block size a string", kindPool, `{"name":"p","cidr":"10.0.0.0/16","blockSize":"26"}`, "spec.blockSize"},
 		{"node, bad free queue syntax", kindNode, `{"node":"n","blocks":[{"pool":"p","cidr":"10.0.0.0/26","free":"0-x"}],"records":[]}`, "free"},
 		{"node, record not a string", kindNode, `{"node":"n","blocks":[],"records":[{"id":"a.b.c"}]}`, "records"},
-		{"node, no records", kindNode, `{"node":"n","blocks":[]}`, "records"},
+		{"block, bad free queue syntax", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"0-x","records":[]}}`, "free"},
+		{"block, state without records", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"0-63"}}`, "records"},
+		{"block, record not a string", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"1-63","records":[{"id":"a.b.c"}]}}`, "records"},
 		// Objects written before records were strings keep the old schema.
 		{"node, old form, bad address", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"a.b.c","ips":[{"addr":"10.0.0.256","pool":"p"}]}]}`, "addr"},
 		{"node, old form, attachment of two", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"x","attachment":["a","b"],"ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "attachment"},
@@ -125,19 +138,22 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 			}
 		})
 	}
-	// Stored, but corrupt: the backend reports ErrCorrupt naming the object.
+	// Stored, but corrupt: the backend reports ErrCorrupt naming the
+	// object. A block's state edited:
+	blockCorrupt(t, st, admin)
+	// An IPAMNode in the v1alpha1 form, which the first read converts:
 	for _, c := range []struct {
 		name string
 		spec []byte
 		want string
 	}{
-		{"free queue with a run that does not ascend", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "5-2" }), "does not ascend"},
-		{"free queue missing an ordinal", nodeSpec(func(w *nodeWire) { w.Blocks[0].Free = "0-5" }), "want 64 in all"},
-		{"unmasked block", nodeSpec(func(w *nodeWire) { w.Blocks[0].CIDR = netip.PrefixFrom(netip.MustParseAddr("10.0.0.65"), 26) }), "not a masked prefix"},
-		{"record that does not parse", nodeSpec(func(w *nodeWire) { w.Records[0] = "a.b.c 10.0.0.1" }), "want <addr>@<pool>"},
-		{"record with a key out of order", nodeSpec(func(w *nodeWire) { w.Records[0] += " node=x" }), "in that order"},
-		{"records and handles both", nodeSpec(func(w *nodeWire) { w.Handles = []store.HandleSpec{spec.Handles[0]} }), "both records and handles"},
-		{"record dropped, its address still taken", nodeSpec(func(w *nodeWire) { w.Records = w.Records[1:] }), "node-a"},
+		{"free queue with a run that does not ascend", nodeSpec(func(w *wholeWire) { w.Blocks[0].Free = "5-2" }), "does not ascend"},
+		{"free queue missing an ordinal", nodeSpec(func(w *wholeWire) { w.Blocks[0].Free = "0-5" }), "want 64 in all"},
+		{"unmasked block", nodeSpec(func(w *wholeWire) { w.Blocks[0].CIDR = netip.PrefixFrom(netip.MustParseAddr("10.0.0.65"), 26) }), "not a masked prefix"},
+		{"record that does not parse", nodeSpec(func(w *wholeWire) { w.Records[0] = "a.b.c 10.0.0.1" }), "want <addr>@<pool>"},
+		{"record with a key out of order", nodeSpec(func(w *wholeWire) { w.Records[0] += " node=x" }), "in that order"},
+		{"records and handles both", nodeSpec(func(w *wholeWire) { w.Handles = []store.HandleSpec{spec.Handles[0]} }), "both records and handles"},
+		{"record dropped, its address still taken", nodeSpec(func(w *wholeWire) { w.Records = w.Records[1:] }), "node-a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := admin.names.object("node-a")
@@ -162,6 +178,67 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 	}
 }
 
+// blockCorrupt: a node object's block whose state an admin edited into
+// something the codec never writes is read as ErrCorrupt.
+func blockCorrupt(t *testing.T, st, admin *Store) {
+	ctx := ctxT(t)
+	n, err := st.CreateNode(ctx, claimed(t, st, dualStackNodeIn(t, "node-c", "node-b", 5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := st.names.claim(n.Blocks[0].Pool, n.Blocks[0].CIDR)
+	o, err := admin.get(ctx, kindBlock, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var good blockWire
+	if err := json.Unmarshal(o.Spec, &good); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(w *blockState)
+		want string
+	}{
+		{"free queue with a run that does not ascend", func(w *blockState) { w.Free = "5-2" }, "does not ascend"},
+		{"free queue missing an ordinal", func(w *blockState) { w.Free = "0-5" }, "want 64 in all"},
+		{"record that does not parse", func(w *blockState) { w.Records[0] = "a.b.c 10.0.5.70" }, "want <addr>@<pool>"},
+		{"record of an address outside the block", func(w *blockState) { w.Records[0] = strings.Replace(w.Records[0], "10.0.5.70", "10.0.6.70", 1) }, "outside the block"},
+		{"record dropped, its address still taken", func(w *blockState) { w.Records = w.Records[1:] }, "node-c"},
+	} {
+		t.Run("block, "+c.name, func(t *testing.T) {
+			w := good
+			bs := *good.State
+			bs.Records = slices.Clone(bs.Records)
+			c.edit(&bs)
+			w.State = &bs
+			raw, _ := json.Marshal(w)
+			cur, err := admin.get(ctx, kindBlock, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := admin.newObject(kindBlock, name, cur.Metadata.Labels, raw, store.Version(cur.Metadata.ResourceVersion))
+			if _, err := admin.update(ctx, kindBlock, name, body); err != nil {
+				t.Fatalf("admin update: %v", err)
+			}
+			if _, err := st.GetNode(ctx, "node-c"); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("GetNode of a corrupt block: %v; want ErrCorrupt mentioning %q", err, c.want)
+			}
+			if _, err := st.ListNodes(ctx, store.NodeSelector{}); !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("ListNodes with a corrupt block: %v; want ErrCorrupt", err)
+			}
+		})
+	}
+	cur, err := admin.get(ctx, kindBlock, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := admin.newObject(kindBlock, name, cur.Metadata.Labels, o.Spec, store.Version(cur.Metadata.ResourceVersion))
+	if _, err := admin.update(ctx, kindBlock, name, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReadChecksName: an object found under a name's object name but
 // holding another name (a hash collision, another partition's object, an
 // edited spec) is never returned as that name's.
@@ -171,7 +248,7 @@ func TestReadChecksName(t *testing.T) {
 	ctx := ctxT(t)
 	n := dualStackNode(t, "node-b", "node-c")
 	spec, _ := store.EncodeNode(n)
-	raw, _ := json.Marshal(wireOf("node-b", spec))
+	raw, _ := json.Marshal(wholeOf("node-b", spec))
 	body, _ := admin.newObject(kindNode, st.names.object("node-a"), nil, raw, "")
 	if _, err := admin.create(ctx, kindNode, st.names.object("node-a"), body); err != nil {
 		t.Fatal(err)

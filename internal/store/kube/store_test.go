@@ -82,7 +82,7 @@ func TestSanitizedCollisions(t *testing.T) {
 	for i, name := range names {
 		spec := pool4
 		spec.Name = name
-		spec.BlockSize = 20 + i
+		spec.BlockSize = 24 + i
 		if _, err := st.CreatePool(ctx, store.Pool{Spec: spec}); err != nil {
 			t.Fatalf("create pool %q: %v", name, err)
 		}
@@ -93,7 +93,7 @@ func TestSanitizedCollisions(t *testing.T) {
 	}
 	for i, name := range names {
 		p, err := st.GetPool(ctx, name)
-		if err != nil || p.Spec.Name != name || p.Spec.BlockSize != 20+i {
+		if err != nil || p.Spec.Name != name || p.Spec.BlockSize != 24+i {
 			t.Fatalf("pool %q read back as %+v, %v", name, p.Spec, err)
 		}
 		cs, err := st.ListClaims(ctx, store.ClaimSelector{Node: name})
@@ -175,7 +175,7 @@ func TestNodes(t *testing.T) {
 	if n.Handles[0].IPs == nil || len(n.LendsTo()) != 1 {
 		t.Fatal("fixture: want a dual-stack handle and one borrower")
 	}
-	created, err := st.CreateNode(ctx, n)
+	created, err := st.CreateNode(ctx, claimed(t, st, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +245,12 @@ func TestNodes(t *testing.T) {
 	sameNode(t, back, upd)
 	// Another object lends to node-b; a long, hashed name lends too.
 	long := strings.Repeat("Long-Node_", 20)
-	for _, name := range []string{"node-c", long} {
-		if _, err := st.CreateNode(ctx, dualStackNode(t, name, "node-b")); err != nil {
+	for i, name := range []string{"node-c", long} {
+		if _, err := st.CreateNode(ctx, claimed(t, st, dualStackNodeIn(t, name, "node-b", i+1))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.CreateNode(ctx, dualStackNode(t, "node-d", long)); err != nil {
+	if _, err := st.CreateNode(ctx, claimed(t, st, dualStackNodeIn(t, "node-d", long, 3))); err != nil {
 		t.Fatal(err)
 	}
 	if got := lenders("node-b"); !reflect.DeepEqual(got, []string{long, "node-c"}) {
@@ -285,7 +285,7 @@ func TestPartitions(t *testing.T) {
 		if _, err := st.CreatePool(ctx, store.Pool{Spec: spec}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b")); err != nil {
+		if _, err := st.CreateNode(ctx, claimed(t, st, dualStackNode(t, "node-a", "node-b"))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -310,7 +310,7 @@ func TestPartitions(t *testing.T) {
 func TestUnchangedWriteIsNewVersion(t *testing.T) {
 	st := openStore(t)
 	ctx := ctxT(t)
-	n, err := st.CreateNode(ctx, dualStackNode(t, "node-a", "node-b"))
+	n, err := st.CreateNode(ctx, claimed(t, st, dualStackNode(t, "node-a", "node-b")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,18 +46,10 @@ type object struct {
 	Kind       string          `json:"kind"`
 	Metadata   meta            `json:"metadata"`
 	Spec       json.RawMessage `json:"spec"`
-	// Summary is what `kubectl get` shows of a node object (printer
-	// columns cannot count): recomputed from the spec on every write,
+	// Summary is what `kubectl get` shows of a block's state (printer
+	// columns cannot count): recomputed on every write of the state,
 	// never read.
-	Summary *nodeSummary `json:"summary,omitempty"`
-}
-
-// nodeSummary counts a node object's blocks, addresses in use and handle
-// records.
-type nodeSummary struct {
-	Blocks  int `json:"blocks"`
-	InUse   int `json:"inUse"`
-	Handles int `json:"handles"`
+	Summary *blockSummary `json:"summary,omitempty"`
 }
 
 type objectList struct {
@@ -85,7 +77,7 @@ func (s *Store) newObject(k kind, name string, labels map[string]string, spec []
 	return s.newObjectSummary(k, name, labels, spec, version, nil)
 }
 
-func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, spec []byte, version store.Version, sum *nodeSummary) ([]byte, error) {
+func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, spec []byte, version store.Version, sum *blockSummary) ([]byte, error) {
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -100,6 +92,9 @@ func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, 
 		return nil, fmt.Errorf("%w: %s %q: %d bytes of labels, the limit is %d", store.ErrTooLarge, k.kind, name, size, maxLabelBytes)
 	}
 	annotations := map[string]string{AnnotationWrite: writeNonce()}
+	if sum != nil && sum.converted {
+		annotations[AnnotationConverted] = "true"
+	}
 	// The spec is this package's own encoding, valid JSON: it is spliced
 	// into the envelope, not checked and compacted again by json.Marshal
 	// (a quarter of the time to build a 60-handle node's body).
@@ -121,10 +116,10 @@ func (s *Store) newObjectSummary(k kind, name string, labels map[string]string, 
 
 // envelope is an object as sent, but its spec (see newObjectSummary).
 type envelope struct {
-	APIVersion string       `json:"apiVersion"`
-	Kind       string       `json:"kind"`
-	Metadata   meta         `json:"metadata"`
-	Summary    *nodeSummary `json:"summary,omitempty"`
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Metadata   meta          `json:"metadata"`
+	Summary    *blockSummary `json:"summary,omitempty"`
 }
 
 // do sends req and returns the answer's body, or the error — the API

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,27 +70,30 @@ func tryAssign(n *store.Node, p ipam.Pool, cidr netip.Prefix, h *ipam.Handle) er
 // record.
 func release(t testing.TB, n *store.Node, id string) {
 	t.Helper()
+	if err := tryRelease(n, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryRelease is release for goroutines other than the test's.
+func tryRelease(n *store.Node, id string) error {
 	h, ok := n.Handle(id)
 	if !ok {
-		t.Fatalf("node %q has no handle %q", n.Name, id)
+		return fmt.Errorf("node %q has no handle %q", n.Name, id)
 	}
 	for _, ip := range h.IPs {
 		for i, b := range n.Blocks {
 			if b.Pool == ip.Pool && b.CIDR == ip.Block {
 				nb, err := b.Release(ip.Addr, id)
 				if err != nil {
-					t.Fatalf("release %s: %v", ip.Addr, err)
+					return fmt.Errorf("release %s: %w", ip.Addr, err)
 				}
 				n.Blocks[i] = nb
 			}
 		}
 	}
-	for i := range n.Handles {
-		if n.Handles[i].ID == id {
-			n.Handles = append(n.Handles[:i], n.Handles[i+1:]...)
-			break
-		}
-	}
+	n.Handles = slices.DeleteFunc(slices.Clone(n.Handles), func(h ipam.Handle) bool { return h.ID == id })
+	return nil
 }
 
 // DualStackNode builds a node object with one block of each family and
@@ -98,14 +102,22 @@ func release(t testing.TB, n *store.Node, id string) {
 // order. Other packages' tests and benchmarks use it as a typical node.
 func DualStackNode(t testing.TB, name string, pods int) store.Node {
 	t.Helper()
+	return dualStackNodeAt(t, name, pods, 1)
+}
+
+// dualStackNodeAt is DualStackNode in block i of each family: node
+// objects stored side by side hold distinct blocks (a block is one
+// node's, and on Kubernetes its state is its claim's object).
+func dualStackNodeAt(t testing.TB, name string, pods int, i uint64) store.Node {
+	t.Helper()
 	n := store.Node{Name: name}
 	for _, f := range families {
-		n.Blocks = append(n.Blocks, blockOf(f.pool, 1, name))
+		n.Blocks = append(n.Blocks, blockOf(f.pool, i, name))
 	}
-	for i := range pods + 2 {
-		h := handle(name, fmt.Sprintf("c%03d", i))
+	for j := range pods + 2 {
+		h := handle(name, fmt.Sprintf("c%03d", j))
 		for _, f := range families {
-			assign(t, &n, f.pool, f.pool.BlockAt(1), &h)
+			assign(t, &n, f.pool, f.pool.BlockAt(i), &h)
 		}
 		n.Handles = append(n.Handles, h)
 	}

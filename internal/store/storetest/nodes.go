@@ -198,13 +198,13 @@ func testNodeNames(t *testing.T, s store.Store) {
 	long := strings.Repeat("n", store.MaxNameBytes)
 	names := []string{"Node_1", "node-1", "node--1", "node.1", "NODE-1", long, long[:store.MaxNameBytes-1] + "x", "host:8080", "ünï"}
 	for i, name := range names {
-		_, err := s.CreateNode(ctx, DualStackNode(t, name, i%3))
+		_, err := s.CreateNode(ctx, dualStackNodeAt(t, name, i%3, uint64(i+1)))
 		noErr(t, err, "CreateNode "+name)
 	}
 	for i, name := range names {
 		got, err := s.GetNode(ctx, name)
 		noErr(t, err, "GetNode "+name)
-		sameNode(t, got, DualStackNode(t, name, i%3), "GetNode "+name)
+		sameNode(t, got, dualStackNodeAt(t, name, i%3, uint64(i+1)), "GetNode "+name)
 	}
 	all, err := s.ListNodes(ctx, store.NodeSelector{})
 	noErr(t, err, "ListNodes")

@@ -109,12 +109,14 @@ func testNodeTooLarge(t *testing.T, s store.Store) {
 }
 
 // testNodeWithoutLimit is testNodeTooLarge where a node object has no
-// limit: records of 16 KiB each, written a few dozen at a time, until
-// the object encodes to more than MaxObjectBytes.
+// limit: records of 16 KiB each, written a few dozen at a time, each
+// write in a block of its own (a backend may keep a block's records in
+// one object, bounded by MaxObjectBytes), until the object encodes to
+// more than MaxObjectBytes.
 func testNodeWithoutLimit(t *testing.T, s store.Store, n store.Node, p ipam.Pool, lim store.Limits) {
 	ctx := t.Context()
 	netns := "/var/run/netns/" + strings.Repeat("n", 16<<10)
-	perWrite := 40
+	perWrite := min(40, lim.MaxObjectBytes/(2*len(netns)))
 	if lim.MaxWriteParts > 0 {
 		perWrite = min(perWrite, lim.MaxWriteParts-2) // the head and the block
 	}
@@ -126,10 +128,13 @@ func testNodeWithoutLimit(t *testing.T, s store.Store, n store.Node, p ipam.Pool
 	}
 	for i := 0; encodedSize(t, n) <= lim.MaxObjectBytes; i++ {
 		next := clone(n)
+		if i > 0 {
+			next.Blocks = append(next.Blocks, blockOf(p, uint64(i), "node-a"))
+		}
 		for j := range perWrite {
 			h := handle("node-a", fmt.Sprintf("c%03d-%02d", i, j))
 			h.NetNS = netns
-			assign(t, &next, p, p.BlockAt(0), &h)
+			assign(t, &next, p, p.BlockAt(uint64(i)), &h)
 			next.Handles = append(next.Handles, h)
 		}
 		got, err := s.UpdateNode(ctx, next)

@@ -11,10 +11,14 @@
 // by hashed labels filters by content), objects that round-trip exactly,
 // thousands of addresses on one node, the size limits the backend
 // reports (of an object, or of one write of a node object) and invalid
-// objects refused before anything is written.
+// objects refused before anything is written. The suite claims every
+// block a node object holds for its node before it writes the object.
 package storetest
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
@@ -75,7 +79,41 @@ func RunWithAdmin(t *testing.T, open, admin func(t *testing.T) store.Store) {
 					t.Errorf("Close: %v", err)
 				}
 			})
-			tc.fn(t, s)
+			tc.fn(t, claiming{s})
 		})
 	}
+}
+
+// claiming is the store under test, whose node objects' blocks are
+// claimed by their nodes before the objects are written, as the allocator
+// does: a node object holds only blocks its node claims, and a backend
+// keeping a block's state with its claim (Kubernetes) refuses the others.
+type claiming struct{ store.Store }
+
+func (c claiming) claim(ctx context.Context, n store.Node) error {
+	for _, b := range n.Blocks {
+		ref := store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}
+		_, err := c.GetClaim(ctx, ref)
+		if errors.Is(err, store.ErrNotFound) && store.ValidName("node", n.Name) == nil {
+			_, err = c.CreateClaim(ctx, store.Claim{BlockRef: ref, Node: n.Name})
+		}
+		if err != nil && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrInvalid) {
+			return fmt.Errorf("claiming %s for node object %q: %w", ref, n.Name, err)
+		}
+	}
+	return nil
+}
+
+func (c claiming) CreateNode(ctx context.Context, n store.Node) (store.Node, error) {
+	if err := c.claim(ctx, n); err != nil {
+		return store.Node{}, err
+	}
+	return c.Store.CreateNode(ctx, n)
+}
+
+func (c claiming) UpdateNode(ctx context.Context, n store.Node) (store.Node, error) {
+	if err := c.claim(ctx, n); err != nil {
+		return store.Node{}, err
+	}
+	return c.Store.UpdateNode(ctx, n)
 }
