@@ -62,7 +62,7 @@ var grants = []struct {
 // Kubernetes datastore (internal/store/kube) on its cluster-scoped CRDs,
 // so the same rows in every namespace.
 var datastoreGrants = []string{
-	"ipamblocks.ipkeeper.io [] [create delete get list]",
+	"ipamblocks.ipkeeper.io [] [create delete get list update]",
 	"ipamnodes.ipkeeper.io [] [create delete get list update]",
 	"ipampools.ipkeeper.io [] [create delete get list update]",
 }
