@@ -313,6 +313,10 @@ func TestNodeWritesBorrow(t *testing.T) {
 	a.edit(t, v4, "node-a turns its record into node-c's", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
 		setState(t, o, "3-7", replaced(records(o), 2, "authz.a1.eth0 10.61.0.2@authz node=node-c"))
 	})
+	a.edit(t, v4, "node-a adds its record and frees node-b's address", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
+		r := records(o)
+		setState(t, o, "4-7,0", []string{r[1], r[2], "authz.a2.eth0 10.61.0.3@authz node=node-a"})
+	})
 	a.edit(t, v4, "node-a drops node-b's record", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
 		setState(t, o, "3-7,0", records(o)[1:])
 	})
@@ -463,6 +467,9 @@ func TestNodeWritesOtherIdentities(t *testing.T) {
 			blockObject(part, part+".authz.10-61-0-8-29", "authz", "10.61.0.8/29", "node-a", "", nil), false)
 		blocks.edit(t, bBlock, "an unbound token borrows from node-b's block", refusedBy(ruleNoNode), false, func(o *unstructured.Unstructured) {
 			setState(t, o, "2-7", append(records(o), "authz.a1.eth0 10.61.0.1@authz node=node-a"))
+		})
+		blocks.edit(t, bBlock, "an unbound token adds a record naming no node", refusedBy(ruleNoNode), false, func(o *unstructured.Unstructured) {
+			setState(t, o, "2-7", append(records(o), "authz.x1.eth0 10.61.0.1@authz node="))
 		})
 		blocks.remove(t, bBlock, "an unbound token deletes node-b's block", refusedBy(ruleNoNode), false)
 		heads.remove(t, bHead, "an unbound token deletes node-b's head", refusedBy(ruleNoNode), false)
