@@ -55,7 +55,7 @@ func (s *Server) waitPolicies(ctx context.Context, objs []*unstructured.Unstruct
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipkeeper.io/v1beta1", "kind": "IPAMNode",
 		"metadata": map[string]any{"name": "kubetest-policy-probe"},
-		"spec":     map[string]any{"node": "kubetest-policy-probe", "blocks": []any{}, "records": []any{}},
+		"spec":     map[string]any{"node": "kubetest-policy-probe"},
 	}}
 	var last error
 	for {
