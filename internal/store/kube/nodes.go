@@ -93,7 +93,15 @@ func (s *Store) GetNode(ctx context.Context, name string) (store.Node, error) {
 		if err != nil || old == nil {
 			return n, err
 		}
-		if err := s.convert(ctx, name, old); err != nil && !errors.Is(err, store.ErrConflict) {
+		err = s.convert(ctx, name, old)
+		if errors.Is(err, store.ErrDenied) {
+			// Another node's credentials (a borrower reading its
+			// lender): only the node itself or the controller may
+			// convert its objects. Nothing is written against the old
+			// form meanwhile; the caller tries again later.
+			return store.Node{}, fmt.Errorf("%w: node object %q is still in the v1alpha1 form, which only its own node or the controller may convert (%v)", store.ErrUnavailable, name, err)
+		}
+		if err != nil && !errors.Is(err, store.ErrConflict) {
 			return store.Node{}, err
 		}
 	}
