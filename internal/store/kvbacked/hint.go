@@ -220,13 +220,6 @@ func (s *Store) forget() {
 	s.track.claims = map[store.BlockRef]store.Version{}
 }
 
-// tracking reports whether node is the node s keeps a hint of.
-func (s *Store) tracking(node string) bool {
-	s.track.mu.Lock()
-	defer s.track.mu.Unlock()
-	return node != "" && node == s.track.node
-}
-
 // observe records node's object: its stored bytes at version v (v "" or
 // unknownVersion: not known). wrote says s wrote it.
 func (s *Store) observe(node string, val []byte, v store.Version, wrote bool) {
