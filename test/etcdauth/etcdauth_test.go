@@ -61,13 +61,14 @@ type perm struct {
 // nodeRole is what a node's etcd role needs for the plugin on that node
 // when its pools are its own (ranges or pod CIDRs no other node
 // allocates from, so it never borrows): read the layout marker, read and
-// write its own pool's definition, the claims of its pool's blocks, its
-// claims index and the parts of its node object. README "Security" lists
-// the same.
+// write its own pool's definition and its reservations (read with the
+// pool; a pool's creation clears them), the claims of its pool's blocks,
+// its claims index and the parts of its node object. README "Security" lists the same.
 func nodeRole(node, pool string) []perm {
 	return []perm{
 		{key: "meta/", prefix: true},
 		{key: "pools2/" + pool, write: true},
+		{key: "reservations/" + pool, write: true},
 		{key: "claims/" + pool + "/", prefix: true, write: true},
 		{key: "nodeclaims/" + node + "/", prefix: true, write: true},
 		{key: "nodes/" + node + "/", prefix: true, write: true},
