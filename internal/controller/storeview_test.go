@@ -3,9 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
-	"io"
 	"maps"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
+	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
@@ -30,7 +29,7 @@ import (
 // view's list and watch).
 type viewRig struct {
 	*rig
-	proxy *viewProxy
+	proxy *etcdtest.Proxy
 	c     *Controller
 	reads *countingStore
 }
@@ -44,10 +43,10 @@ func newViewRig(t *testing.T, grace time.Duration, f family) *viewRig {
 			t.Fatal(err)
 		}
 	})
-	vr := &viewRig{rig: r, proxy: newViewProxy(t, strings.TrimPrefix(r.ds.Endpoints[0], "http://"))}
+	vr := &viewRig{rig: r, proxy: etcdtest.NewProxy(t, strings.TrimPrefix(r.ds.Endpoints[0], "http://"))}
 	cfg := r.c.cfg
 	ds := r.ds
-	ds.Endpoints = []string{"http://" + vr.proxy.addr()}
+	ds.Endpoints = []string{"http://" + vr.proxy.Addr()}
 	cfg.Open = func(ctx context.Context) (store.Store, error) {
 		direct, err := datastore.Open(ctx, r.ds, datastore.Options{})
 		if err != nil {
@@ -110,8 +109,8 @@ func TestPassStoreViewNotSynced(t *testing.T) {
 			open := r.c.cfg.Open
 			r.c.cfg.Open = func(ctx context.Context) (store.Store, error) {
 				st, err := open(ctx)
-				r.proxy.refuse(true) // the view's list cannot reach etcd
-				r.proxy.cut()
+				r.proxy.Refuse(true) // the view's list cannot reach etcd
+				r.proxy.Cut()
 				return st, err
 			}
 			before := r.storeState()
@@ -123,7 +122,7 @@ func TestPassStoreViewNotSynced(t *testing.T) {
 			if after := r.storeState(); !maps.Equal(before, after) {
 				t.Fatalf("passes on a view that never listed changed the store:\n%v\n->\n%v", before, after)
 			}
-			r.proxy.refuse(false)
+			r.proxy.Refuse(false)
 			r.waitView(true)
 			for i := range 2 {
 				if err := r.pass(t0.Add(time.Duration(6+i) * grace)); err != nil {
@@ -158,8 +157,8 @@ func TestPassStoreViewWatchFailed(t *testing.T) {
 			}
 			before := r.storeState()
 
-			r.proxy.refuse(true)
-			r.proxy.cut()
+			r.proxy.Refuse(true)
+			r.proxy.Cut()
 			r.waitView(false)
 			if err := r.pass(t0.Add(2 * grace)); !errors.Is(err, ErrStoreNotSynced) {
 				t.Fatalf("pass with a failed watch: %v, want ErrStoreNotSynced", err)
@@ -168,11 +167,11 @@ func TestPassStoreViewWatchFailed(t *testing.T) {
 				t.Fatalf("a pass on a failed watch changed the store:\n%v\n->\n%v", before, after)
 			}
 
-			r.proxy.refuse(false)
+			r.proxy.Refuse(false)
 			r.waitView(true)
 			r.c.afterObserve = func() {
-				r.proxy.refuse(true)
-				r.proxy.cut()
+				r.proxy.Refuse(true)
+				r.proxy.Cut()
 				r.waitView(false)
 			}
 			if err := r.pass(t0.Add(3 * grace)); err != nil {
@@ -183,7 +182,7 @@ func TestPassStoreViewWatchFailed(t *testing.T) {
 				t.Fatalf("a pass whose view failed after it read it changed the store:\n%v\n->\n%v", before, after)
 			}
 
-			r.proxy.refuse(false)
+			r.proxy.Refuse(false)
 			r.waitView(true)
 			lists := r.c.sview.Lists()
 			if err := r.pass(t0.Add(4 * grace)); err != nil {
@@ -315,68 +314,6 @@ func (c *countingStore) GetClaim(ctx context.Context, ref store.BlockRef) (store
 func (c *countingStore) GetPool(ctx context.Context, name string) (store.Pool, error) {
 	c.count("GetPool")
 	return c.Store.GetPool(ctx, name)
-}
-
-// viewProxy forwards TCP connections to target; cut closes those open,
-// and while refusing it closes new ones at once.
-type viewProxy struct {
-	l       net.Listener
-	mu      sync.Mutex
-	conns   []net.Conn
-	refused bool
-}
-
-func newViewProxy(t *testing.T, target string) *viewProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &viewProxy{l: l}
-	t.Cleanup(func() { l.Close(); p.cut() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			refused := p.refused
-			p.mu.Unlock()
-			if refused {
-				c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); u.Close() }()
-			go func() { _, _ = io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *viewProxy) addr() string { return p.l.Addr().String() }
-
-func (p *viewProxy) refuse(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refused = on
-}
-
-func (p *viewProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 // TestMapSharesStoreView: on etcd the address map served by the

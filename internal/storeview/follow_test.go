@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -36,7 +34,7 @@ var (
 // test can cut.
 type fixture struct {
 	srv   *etcdtest.Server
-	proxy *proxy
+	proxy *etcdtest.Proxy
 	st    *kvbacked.Store
 	a     *allocator.Allocator
 }
@@ -44,8 +42,8 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	srv := etcdtest.ForTest(t, nil)
-	p := newProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
-	kvs, err := etcd.Open(t.Context(), etcd.Config{Endpoints: []string{"http://" + p.addr()}, Prefix: "/views/"})
+	p := etcdtest.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	kvs, err := etcd.Open(t.Context(), etcd.Config{Endpoints: []string{"http://" + p.Addr()}, Prefix: "/views/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +244,8 @@ func TestViewRelistsAfterCompaction(t *testing.T) {
 	at, _ := kvbacked.RevisionOf(v.Revision())
 
 	// Cut off: the view is not synced, and cannot list.
-	f.proxy.refuse(true)
-	f.proxy.cut()
+	f.proxy.Refuse(true)
+	f.proxy.Cut()
 	waitFor(t, v, "not synced", func() bool { return !v.Synced() })
 	if err := v.Refresh(t.Context()); !errors.Is(err, storeview.ErrNotSynced) {
 		t.Fatalf("Refresh of a view whose watch failed: %v, want ErrNotSynced", err)
@@ -285,7 +283,7 @@ func TestViewRelistsAfterCompaction(t *testing.T) {
 		t.Fatal("the view reports synced while cut off")
 	}
 
-	f.proxy.refuse(false)
+	f.proxy.Refuse(false)
 	atRevision(t, v, last)
 	same(t, v, f.st)
 	if n := v.Lists(); n != 2 {
@@ -327,8 +325,8 @@ func TestViewConnectionCut(t *testing.T) {
 	waitFor(t, v, "synced", v.Synced)
 	lists := v.Lists()
 
-	f.proxy.refuse(true)
-	f.proxy.cut()
+	f.proxy.Refuse(true)
+	f.proxy.Cut()
 	waitFor(t, v, "not synced", func() bool { return !v.Synced() })
 	if !errors.Is(v.Err(), store.ErrUnavailable) {
 		t.Errorf("the view's error after the cut: %v, want store.ErrUnavailable", v.Err())
@@ -353,7 +351,7 @@ func TestViewConnectionCut(t *testing.T) {
 			}
 		}
 	}
-	f.proxy.refuse(false)
+	f.proxy.Refuse(false)
 	waitFor(t, v, "synced again", v.Synced)
 	if n, ok := v.Node("node-a"); !ok || !holds(n, h.ID) || holds(n, "net.cut0.eth0") {
 		t.Errorf("after the cut the view's node-a lacks %s or holds a released handle", h.ID)
@@ -407,68 +405,6 @@ func compact(t *testing.T, srv *etcdtest.Server, rev int64) {
 	if _, err := cli.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// proxy forwards TCP connections to target; cut closes those open, and
-// while refusing it closes new ones at once.
-type proxy struct {
-	l       net.Listener
-	mu      sync.Mutex
-	conns   []net.Conn
-	refused bool
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{l: l}
-	t.Cleanup(func() { l.Close(); p.cut() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			refused := p.refused
-			p.mu.Unlock()
-			if refused {
-				c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); u.Close() }()
-			go func() { _, _ = io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *proxy) addr() string { return p.l.Addr().String() }
-
-func (p *proxy) refuse(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refused = on
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 // TestViewSync: Sync (and Refresh) of a followed view returns once the

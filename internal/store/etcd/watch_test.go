@@ -6,11 +6,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -261,8 +258,8 @@ func TestWatchCompacted(t *testing.T) {
 func TestWatchConnectionCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	p := newCutProxy(t, strings.TrimPrefix(server.Endpoint, "http://"))
-	s := open(t, func(c *etcd.Config) { c.Endpoints = []string{"http://" + p.addr()} })
+	p := etcdtest.NewProxy(t, strings.TrimPrefix(server.Endpoint, "http://"))
+	s := open(t, func(c *etcd.Config) { c.Endpoints = []string{"http://" + p.Addr()} })
 	defer s.Close()
 	start, err := s.Revision(ctx)
 	if err != nil {
@@ -275,60 +272,12 @@ func TestWatchConnectionCut(t *testing.T) {
 	err = s.Watch(ctx, "", start, func(int64, []etcd.Event) {
 		if !seen {
 			seen = true
-			p.cut()
+			p.Refuse(true)
+			p.Cut()
 		}
 	})
 	if !seen || !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Watch after its connection was cut: %v (event seen: %v), want store.ErrUnavailable", err, seen)
 	}
 	t.Logf("%v", err)
-}
-
-// cutProxy forwards TCP connections to target until cut, which closes
-// them all and stops listening.
-type cutProxy struct {
-	l     net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{l: l}
-	t.Cleanup(p.cut)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); u.Close() }()
-			go func() { _, _ = io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) addr() string { return p.l.Addr().String() }
-
-func (p *cutProxy) cut() {
-	p.l.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }

@@ -1,0 +1,77 @@
+package etcdtest
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections on a loopback port to a target address
+// (an etcd member), so that a test can cut a client's connections and
+// refuse new ones while the member keeps running.
+type Proxy struct {
+	l       net.Listener
+	mu      sync.Mutex
+	conns   []net.Conn
+	refused bool
+}
+
+// NewProxy listens on a loopback port and forwards every connection to
+// target ("host:port") until the test ends.
+func NewProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &Proxy{l: l}
+	tb.Cleanup(func() { l.Close(); p.Cut() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			refused := p.refused
+			p.mu.Unlock()
+			if refused {
+				c.Close()
+				continue
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// Addr is the proxy's "host:port".
+func (p *Proxy) Addr() string { return p.l.Addr().String() }
+
+// Refuse makes the proxy close new connections at once (on) or forward
+// them again (off).
+func (p *Proxy) Refuse(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused = on
+}
+
+// Cut closes every connection open through the proxy.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
