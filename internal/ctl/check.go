@@ -235,7 +235,9 @@ func (c *cli) gcCmd() *cobra.Command {
 		Short: "Release the allocations of this node whose owners are gone",
 		Long: `gc releases every handle of this node (--node) whose container's network
 namespace no longer exists, and prints what it released. Handles of other
-nodes, handles that recorded no namespace, and namespaces that cannot be
+nodes, sticky handles (their addresses stay with their identity: the
+plugin's GC or the controller parks them), handles that recorded no
+namespace, and namespaces that cannot be
 seen from here (no /var/run/netns in this mount namespace) are kept. Each
 handle is released as it was read: one allocated again meanwhile is kept.
 
@@ -258,6 +260,12 @@ killed after claiming leaves), as the node's next ADD would, so that
 				for _, o := range obs {
 					h := shownHandle(o.Handle)
 					if h.Node != node {
+						continue
+					}
+					if h.Sticky != "" {
+						// Its addresses stay with its identity: the
+						// plugin's GC or the controller parks it.
+						v.Kept++
 						continue
 					}
 					if gone, _ := c.ownerGone(h, node); !gone {

@@ -52,3 +52,32 @@ func TestStickyShown(t *testing.T) {
 		t.Fatalf("json: %+v", al)
 	}
 }
+
+// TestGCKeepsSticky: `gc` never frees a sticky handle whose network
+// namespace is gone (its addresses stay with its identity: the plugin's
+// GC or the controller parks it), and frees the plain one beside it.
+func TestGCKeepsSticky(t *testing.T) {
+	h := newHarness(t)
+	h.ok(strings.Fields("pool add p4 --cidr 10.9.0.0/24 --block-size 28")...)
+	h.ok("pool", "add", "p6", "--cidr", "fd00:9::/120", "--block-size", "124")
+	h.store(func(a *allocator.Allocator) {
+		_, err := a.AllocateSticky(context.Background(), allocator.Request{
+			Handle: ipam.Handle{ID: "net.c1.eth0", Network: "net", ContainerID: "c1", IfName: "eth0",
+				Node: "node-a", NetNS: "/var/run/netns/gone-1", Namespace: "db", Pod: "pg-0", Sticky: "pod/db/pg-0"},
+			Sets: [][]string{{"p4"}, {"p6"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.allocate(a, ipam.Handle{ID: "net.c2.eth0", Network: "net", ContainerID: "c2", IfName: "eth0", Node: "node-a",
+			NetNS: "/var/run/netns/gone-2", Namespace: "db", Pod: "plain"}, []string{"p4"}, []string{"p6"})
+	})
+	var v gcView
+	if err := json.Unmarshal([]byte(h.ok("gc", "-o", "json")), &v); err != nil || len(v.Released) != 1 || v.Released[0].Handle != "net.c2.eth0" || v.Kept != 1 {
+		t.Fatalf("gc: %+v %v; want net.c2.eth0 released and the sticky net.c1.eth0 kept", v, err)
+	}
+	for _, addr := range []string{"10.9.0.1", "fd00:9::1"} {
+		if out := h.ok("ip", "show", addr); !strings.Contains(out, "net.c1.eth0 (sticky pod/db/pg-0)") {
+			t.Errorf("ip show %s after gc:\n%s\nwant it held by the sticky handle", addr, out)
+		}
+	}
+}
