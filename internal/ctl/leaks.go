@@ -99,13 +99,19 @@ func (c *cli) findLeaks(ctx context.Context, k *kubeFlags) ([]observedLeak, *lea
 
 // leaksOf returns the leaks among observed handles. A handle imported
 // without a node (held in store.UnaffineNode's object) records no node, as
-// leaks.Find expects.
+// leaks.Find expects. A sticky handle is never one: its addresses stay
+// with its identity when its pod is gone (the controller parks it and
+// frees it by the identity's lifecycle).
 func leaksOf(obs []allocator.Observed, view leaks.Cluster) []observedLeak {
-	hs := make([]ipam.Handle, len(obs))
+	var hs []ipam.Handle
 	byKey := map[string]allocator.Observed{}
-	for i, o := range obs {
-		hs[i] = shownHandle(o.Handle)
-		byKey[leaks.Key(hs[i])] = o
+	for _, o := range obs {
+		h := shownHandle(o.Handle)
+		if h.Sticky != "" {
+			continue
+		}
+		hs = append(hs, h)
+		byKey[leaks.Key(h)] = o
 	}
 	var out []observedLeak
 	for _, l := range leaks.Find(hs, view) {

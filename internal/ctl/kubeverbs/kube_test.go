@@ -318,9 +318,26 @@ func TestVerbsOnKubernetes(t *testing.T) {
 			Addrs  []string `json:"addrs"`
 		} `json:"leaks"`
 	}
+	// A sticky allocation whose pod is gone is not a leak: its addresses
+	// stay with its identity (the controller parks it).
+	sticky, err := a.AllocateSticky(ctx, allocator.Request{Handle: ipam.Handle{ID: "net.gone3.eth0", Network: "net", ContainerID: "gone3", IfName: "eth0",
+		Node: "node-b", Namespace: "default", Pod: "db-0", PodUID: "uid-gone3", Sticky: "pod/default/db-0"}, Sets: [][]string{{"p4"}, {"p6"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	k.json(&rel, "leaks", "--kubeconfig", sa, "--release")
 	if len(rel.Leaks) != 1 || rel.Leaks[0].Handle != gone.ID || rel.Leaks[0].Result != "released" || len(rel.Leaks[0].Addrs) != 2 {
-		t.Fatalf("leaks --release: %+v", rel)
+		t.Fatalf("leaks --release: %+v; want only %s released", rel, gone.ID)
+	}
+	for _, h := range sticky.IPs {
+		ip = ipOut{}
+		k.json(&ip, "ip", "show", h.Addr.String())
+		if len(ip.Holdings) != 1 || ip.Holdings[0].State != "allocated" {
+			t.Fatalf("ip show %s of the sticky allocation after leaks --release: %+v", h.Addr, ip)
+		}
+	}
+	if _, err := a.Release(ctx, "node-b", sticky.ID); err != nil {
+		t.Fatal(err)
 	}
 	for _, h := range gone.IPs {
 		ip = ipOut{}
