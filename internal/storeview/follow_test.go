@@ -1,14 +1,12 @@
 package storeview_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/storeview"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 var (
@@ -237,7 +236,7 @@ func TestViewRelistsAfterCompaction(t *testing.T) {
 	f := newFixture(t)
 	f.allocate(t, "node-a", "first")
 	src, _ := f.st.Follower()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	v := storeview.New(src, slog.New(slog.NewTextHandler(&logs, nil)))
 	run(t, v)
 	waitFor(t, v, "synced", v.Synced)
@@ -292,24 +291,6 @@ func TestViewRelistsAfterCompaction(t *testing.T) {
 	if !strings.Contains(logs.String(), "revision expired") {
 		t.Errorf("the view did not find its revision expired; its log:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestViewConnectionCut: a view whose connection is cut is not synced

@@ -24,6 +24,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
 	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen" // the kubernetes datastore
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // loadConflist parses a config list as the plugin and the controller do.
@@ -263,7 +264,7 @@ func TestShippedDatastoreEndToEnd(t *testing.T) {
 	cmd := exec.CommandContext(ctx, controller, "--config="+confFile,
 		"--kubeconfig="+s.ServiceAccountKubeconfig(t, "kube-system", "ipkeeper-controller"),
 		"--leader-elect=false", "--metrics-addr=", "--map-addr=", "--leak-grace=0s", "--resync=200ms")
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // shippedConflist returns the config list of ConfigMap ipkeeper-config and
@@ -262,7 +262,7 @@ func TestInstallerRefreshes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := h.cmd(ctx, "--refresh=100ms")
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -413,23 +413,4 @@ func TestInstallerNodeName(t *testing.T) {
 	if !bytes.Contains(got, []byte(`"nodeName": "worker-7"`)) || bytes.Contains(got, []byte("__KUBERNETES_NODE_NAME__")) {
 		t.Fatalf("node name not substituted:\n%s", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output copier and the
-// test reading it at the same time.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,7 +3,6 @@
 package agenttest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // startTimeout bounds how long Start waits for the agent to answer.
@@ -40,7 +40,7 @@ type Process struct {
 	Node string
 
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testenv.SyncBuffer
 	done chan struct{}
 	once sync.Once
 }
@@ -62,7 +62,7 @@ func Start(t testing.TB, bin, kubeconfig, node string, ready bool) *Process {
 // StartAt is Start on the given socket path.
 func StartAt(t testing.TB, bin, kubeconfig, node, socket string, ready bool) *Process {
 	t.Helper()
-	p := &Process{Socket: socket, Node: node, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &Process{Socket: socket, Node: node, log: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "--kubeconfig="+kubeconfig, "--node-name="+node, "--socket="+socket, "--log-level=debug")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = childAttr()
@@ -138,20 +138,3 @@ func (p *Process) Exited() (*os.ProcessState, bool) {
 
 // Log is what the agent wrote so far.
 func (p *Process) Log() string { return p.log.String() }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
