@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -32,7 +33,7 @@ func binaries(b *testing.B) (ipkeeper, hostLocal string) {
 		if binDir, buildErr = os.MkdirTemp("", "ipk-bench-bin-"); buildErr != nil {
 			return
 		}
-		if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper"); buildErr != nil {
+		if buildErr = testenv.Build(ctx, binDir, "./cmd/ipkeeper"); buildErr != nil {
 			return
 		}
 		toolsDir, buildErr = cnirun.EnsureTools(ctx, root)

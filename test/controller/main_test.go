@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
-	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 var (
@@ -38,11 +38,6 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	root, err := cnirun.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	bin, err := os.MkdirTemp("", "ipk-controller-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -59,7 +54,7 @@ func run(m *testing.M) int {
 	os.Setenv("IPKEEPER_LOCK_DIR", locks)
 	// ipkeeper-kube serves the plugin's configs on the kubernetes
 	// datastore, from the same directory.
-	buildErr = cnirun.Build(ctx, root, bin, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeperctl", "./cmd/ipkeeper-controller")
+	buildErr = testenv.Build(ctx, bin, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeperctl", "./cmd/ipkeeper-controller")
 	pluginBin, ctlBin, controllerBin = filepath.Join(bin, "ipkeeper"), filepath.Join(bin, "ipkeeperctl"), filepath.Join(bin, "ipkeeper-controller")
 	s, err := kubetest.StartMain()
 	if err != nil && !errors.Is(err, kubetest.ErrNoAPIServer) {

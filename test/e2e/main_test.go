@@ -57,16 +57,16 @@ func run(m *testing.M) int {
 	if os.Getenv("IPKEEPER_LOCK_DIR") == "" {
 		_ = os.Setenv("IPKEEPER_LOCK_DIR", lockDir)
 	}
-	if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper"); buildErr == nil {
+	if buildErr = testenv.Build(ctx, binDir, "./cmd/ipkeeper"); buildErr == nil {
 		ipkeeperBin = filepath.Join(binDir, "ipkeeper")
 	}
 	// The plugin's sibling for kubernetes configs, where the plugin
 	// looks for it: next to itself.
-	kubeBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper-kube")
-	if ctlBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeperctl"); ctlBuildErr == nil {
+	kubeBuildErr = testenv.Build(ctx, binDir, "./cmd/ipkeeper-kube")
+	if ctlBuildErr = testenv.Build(ctx, binDir, "./cmd/ipkeeperctl"); ctlBuildErr == nil {
 		ctlBin = filepath.Join(binDir, "ipkeeperctl")
 	}
-	if agentBuildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper-agent"); agentBuildErr == nil {
+	if agentBuildErr = testenv.Build(ctx, binDir, "./cmd/ipkeeper-agent"); agentBuildErr == nil {
 		agentBin = filepath.Join(binDir, "ipkeeper-agent")
 	}
 	if toolsDir, err = cnirun.EnsureTools(ctx, root); err != nil {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // pluginBin is the ipkeeper binary built for this test run.
@@ -35,11 +35,8 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	pluginBin = filepath.Join(tmp, "ipkeeper")
-	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command("go", "build", "-o", pluginBin, "./cmd/ipkeeper")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/ipkeeper: %v\n%s", err, out)
+	if err := testenv.Build(context.Background(), tmp, "./cmd/ipkeeper"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	code := m.Run()

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -39,12 +38,6 @@ var (
 		err  error
 	}
 )
-
-// moduleRoot is the repository root (two levels above this package).
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
 
 func TestMain(m *testing.M) {
 	// On the kubernetes datastore the plugin execs ipkeeper-kube from its
@@ -148,7 +141,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // separate processes, killed by PID when the test ends.
 func startCluster(t *testing.T) *Cluster {
 	t.Helper()
-	bin, err := BuildEtcd(moduleRoot())
+	bin, err := BuildEtcd(testenv.ModuleRoot())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -77,7 +78,7 @@ func runMain(m *testing.M) int {
 // buildAll builds ipkeeper's binaries statically (as the image ships
 // them), the pause image, and makes sure the upstream CNI plugins exist.
 func buildAll(ctx context.Context, root string) error {
-	if err := cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeperctl",
+	if err := testenv.Build(ctx, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeperctl",
 		"./cmd/ipkeeper-controller", "./cmd/ipkeeper-agent", "./cmd/ipkeeper-install", "./test/node/pause"); err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/store/storetest"
-	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 // procBackend is a backend the kill test reaches from other processes.
@@ -90,12 +90,8 @@ var (
 // ADD was killed) leaves exactly the printed ADDs, with no stray loan, and
 // the checker (what `ipkeeperctl check` runs on this store) finds nothing.
 func TestKill9(t *testing.T) {
-	root, err := cnirun.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := t.TempDir()
-	if err := cnirun.Build(t.Context(), root, bin, "./test/storage/addproc"); err != nil {
+	if err := testenv.Build(t.Context(), bin, "./test/storage/addproc"); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range procBackends {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 )
 
 var (
@@ -28,18 +28,13 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := cnirun.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "webui:", err)
-		return 1
-	}
 	binDir, err := os.MkdirTemp("", "ipk-webui-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "webui:", err)
 		return 1
 	}
 	defer os.RemoveAll(binDir)
-	if buildErr = cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeperctl"); buildErr == nil {
+	if buildErr = testenv.Build(ctx, binDir, "./cmd/ipkeeper", "./cmd/ipkeeperctl"); buildErr == nil {
 		ipkeeperBin, ctlBin = filepath.Join(binDir, "ipkeeper"), filepath.Join(binDir, "ipkeeperctl")
 	}
 	return m.Run()

@@ -24,12 +24,10 @@ const startTimeout = 90 * time.Second
 // Build builds ./cmd/ipkeeper-agent of the module into dir and returns
 // the binary's path.
 func Build(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "ipkeeper-agent")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/ipkeeper/ipkeeper/cmd/ipkeeper-agent")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/ipkeeper-agent: %w\n%s", err, b)
+	if err := testenv.Build(ctx, dir, "./cmd/ipkeeper-agent"); err != nil {
+		return "", err
 	}
-	return out, nil
+	return filepath.Join(dir, "ipkeeper-agent"), nil
 }
 
 // Process is a running agent.

@@ -54,6 +54,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/testenv"
 	"github.com/ipkeeper/ipkeeper/test/e2e/cnirun"
 )
 
@@ -99,12 +100,8 @@ func main() {
 
 	binDir := *flagBin
 	if binDir == "" {
-		root, err := cnirun.RepoRoot()
-		if err != nil {
-			log.Fatal(err)
-		}
 		binDir = filepath.Join(tmp, "bin")
-		if err := cnirun.Build(ctx, root, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeper-agent"); err != nil {
+		if err := testenv.Build(ctx, binDir, "./cmd/ipkeeper", "./cmd/ipkeeper-kube", "./cmd/ipkeeper-agent"); err != nil {
 			log.Fatal(err)
 		}
 	}

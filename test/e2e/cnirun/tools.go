@@ -45,17 +45,6 @@ func containsModuleLine(gomod []byte) bool {
 	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
 }
 
-// Build runs `go build -o outDir/ pkgs...` in the module root.
-func Build(ctx context.Context, root, outDir string, pkgs ...string) error {
-	args := append([]string{"build", "-o", outDir + string(filepath.Separator)}, pkgs...)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("cnirun: go %v: %w\n%s", args, err, out)
-	}
-	return nil
-}
-
 // EnsureTools makes sure the upstream CNI plugins and cnitool are in
 // root/.tools/bin, installing missing ones with `go install` exactly as
 // `make tools` does, and returns that directory.
