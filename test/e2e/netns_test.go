@@ -57,13 +57,13 @@ func nsRun(ns string, args ...string) (string, error) {
 
 // ping sends one echo request from namespace ns to addr, retrying for a few
 // seconds (IPv6 duplicate address detection, bridge ports still learning).
-func ping(t *testing.T, ns, addr string) {
+func ping(t *testing.T, ns, addr string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		out, err := nsRun(ns, "ping", "-c1", "-W2", addr)
 		if err == nil {
-			return
+			return out
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("ping %s from %s: %v: %s", addr, ns, err, out)

@@ -143,8 +143,9 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	}
 	want(a, blockB.String()+" via 192.0.2.2")
 	want(b, blockA.String()+" via 192.0.2.1")
-	ping(t, podA.ns, addrB.String())
-	ping(t, podB.ns, addrA.String())
+	t.Logf("node-a's routes of protocol 201: %q; node-b's: %q", protoRoutes(t, a.h.ns), protoRoutes(t, b.h.ns))
+	t.Logf("from node-a's pod %s: %s", addrA, firstLines(ping(t, podA.ns, addrB.String()), 2))
+	t.Logf("from node-b's pod %s: %s", addrB, firstLines(ping(t, podB.ns, addrA.String()), 2))
 
 	// node-b's pod goes and its empty block is freed: the route goes.
 	if err := b.r.del(t, podB); err != nil {
@@ -200,4 +201,10 @@ func TestBlockRoutesAcrossNodes(t *testing.T) {
 	addrs["node-c"] = []netip.Addr{mustAddr("192.0.2.4")}
 	sync(a)
 	want(a, blockB.String()+" via 192.0.2.4")
+}
+
+// firstLines is the first n lines of s, joined by " | ".
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[:min(n, len(lines))], " | ")
 }
