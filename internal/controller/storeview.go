@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/storeview"
 )
@@ -22,23 +23,32 @@ type follower interface {
 	Follower() (*kvbacked.Follower, bool)
 }
 
+// watcher is a store on the Kubernetes API, which a view follows by its
+// WATCHes (kube.Store).
+type watcher interface {
+	Watcher() *kube.Watcher
+}
+
 // ErrStoreNotSynced is a pass's error while its view of the datastore is
 // not synced: it has not listed the datastore yet, or its watch failed and
 // it has not caught up again. Nothing is released on such a view.
 var ErrStoreNotSynced = errors.New("the view of the datastore is not synced")
 
 // storeView returns the view of the datastore st a pass decides from. A
-// store kept open that can be watched (etcd) is followed by one view for
-// the controller's life, started on first use: the pass reads nothing but
-// what it confirms before a release. Any other store (the local file,
-// opened per pass; the Kubernetes API, until its watch is implemented) is
-// read by a polled view that lists it again for each pass.
+// store kept open that can be watched (etcd, the Kubernetes API) is
+// followed by one view for the controller's life, started on first use:
+// the pass reads nothing but what it confirms before a release. The local
+// file, opened per pass, is read by a polled view that lists it again for
+// each pass.
 func (c *Controller) storeView(st store.Store) *storeview.View {
 	if c.cfg.KeepOpen {
 		if f, ok := st.(follower); ok {
 			if src, ok := f.Follower(); ok {
 				return c.followedView(src)
 			}
+		}
+		if w, ok := st.(watcher); ok {
+			return c.followedView(w.Watcher())
 		}
 	}
 	return storeview.NewPolled(storeview.Lister{Store: st}, c.log)

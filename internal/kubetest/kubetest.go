@@ -48,6 +48,9 @@ type Server struct {
 	proc *process
 	etcd *etcdtest.Server
 	stop func()
+	// bin and pki start the API server again (Restart).
+	bin string
+	pki *pki
 }
 
 // Start starts etcd and kube-apiserver for t, applies the cluster-scoped
@@ -135,6 +138,7 @@ func start(bin string) (s *Server, err error) {
 		return nil, err
 	}
 	s.CAFile = p.caFile
+	s.bin, s.pki = bin, p
 	s.etcd, err = etcdtest.Start("", nil)
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: start etcd: %w", err)

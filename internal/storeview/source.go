@@ -9,13 +9,12 @@
 // A backend offers its list and watch through Source. On etcd
 // (kvbacked.Follower) the watch streams the keys of node objects' parts,
 // which the source applies in revision order before it reports the node
-// object whole. A datastore that cannot be watched — the local file, and
-// the Kubernetes API until its watch is implemented — is followed by a
-// polled view (NewPolled): Refresh lists it again, which the controller
-// does once per pass. A Kubernetes source would list each resource with its
-// resourceVersion and watch from it with bookmarks (Batch without events),
-// failing with ErrExpired on 410 Gone; its Revision encodes the three
-// resources' resourceVersions.
+// object whole. On the Kubernetes API (kube.Watcher) it LISTs the CRDs at
+// one resourceVersion and WATCHes each with bookmarks; a broken WATCH
+// resumes from the resourceVersions the view holds (a Resumer), and 410
+// Gone is ErrExpired. The local file cannot be watched: it is followed by
+// a polled view (NewPolled), which Refresh lists again, once per pass of
+// the controller.
 //
 // A view that has not listed, or whose watch failed and has neither
 // listed again nor caught up by a resumed watch since, is not synced

@@ -65,8 +65,8 @@ func (v *View) Polled() bool { return v.polled }
 // Run follows the source until ctx ends: it lists, watches from the
 // revision listed and, when the watch breaks, resumes it from the view's
 // revision after RetryWait; it lists again at once when that revision
-// expired, and after RetryWait when the source is no Progresser (a resumed
-// watch could not tell when it has caught up). From a failure until the
+// expired, and after RetryWait when the source is neither a Progresser nor
+// a Resumer (a resumed watch could not tell when it has caught up). From a failure until the
 // next list, or until a resumed watch reports it has caught up, the view
 // is not synced. Run does nothing on a polled view.
 func (v *View) Run(ctx context.Context) {
@@ -74,6 +74,9 @@ func (v *View) Run(ctx context.Context) {
 		return
 	}
 	_, resumable := v.src.(Progresser)
+	if _, ok := v.src.(Resumer); ok {
+		resumable = true
+	}
 	listed := false
 	for ctx.Err() == nil {
 		var err error
