@@ -4,9 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
+	"k8s.io/client-go/rest"
+
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -61,5 +70,112 @@ func TestPatchStaleVersion(t *testing.T) {
 		again.Metadata.Annotations[AnnotationWrite] != after.Metadata.Annotations[AnnotationWrite] {
 		t.Fatalf("a patch at a stale version changed the object:\n  %s %v\nwas\n  %s %v",
 			again.Spec, again.Metadata, after.Spec, after.Metadata)
+	}
+}
+
+// bodyLog keeps the method, path and body of every write request.
+type bodyLog struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	all  []string
+}
+
+func (l *bodyLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		var body []byte
+		if req.GetBody != nil {
+			if rc, err := req.GetBody(); err == nil {
+				body, _ = io.ReadAll(rc)
+				rc.Close()
+			}
+		}
+		l.mu.Lock()
+		l.all = append(l.all, req.Method+" "+req.URL.Path+" "+string(body))
+		l.mu.Unlock()
+	}
+	return l.next.RoundTrip(req)
+}
+
+func (l *bodyLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	all := l.all
+	l.all = nil
+	return all
+}
+
+// TestUpdatePatchesWhatChanged: a write of a node object read from the
+// store sends, per block it changes, a JSON Patch holding the records it
+// adds or removes and not the block's other records; in one write a
+// dual-stack handle added and another node's borrowed record dropped
+// (in the IPv6 block only) read back as written, the object no longer
+// lending to that node.
+func TestUpdatePatchesWhatChanged(t *testing.T) {
+	s := kubetest.Require(t, srv)
+	log := &bodyLog{}
+	cfg := rest.CopyConfig(s.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { log.next = rt; return log }
+	st, err := NewForConfig(cfg, "p"+strconv.FormatInt(partitions.Add(1), 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := ctxT(t)
+	n, err := st.CreateNode(ctx, claimed(t, st, dualStackNode(t, "node-a", "node-b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+
+	next := n
+	next.Blocks = slices.Clone(n.Blocks)
+	next.Handles = slices.Clone(n.Handles[:2]) // node-b's record dropped
+	b6, err := next.Blocks[1].Release(n.Handles[2].IPs[0].Addr, n.Handles[2].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Blocks[1] = b6
+	h := ipam.Handle{ID: ipam.HandleID("kindnet", "added", "eth0"), Network: "kindnet", ContainerID: "added", IfName: "eth0",
+		Node: "node-a", Namespace: "default", Pod: "added-0"}
+	for i, p := range []ipam.Pool{pool4, pool6} {
+		nb, a, err := next.Blocks[i].Assign(p, h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.Blocks[i] = nb
+		h.IPs = append(h.IPs, ipam.HandleIP{Addr: a, Pool: p.Name, Block: nb.CIDR})
+	}
+	next.Handles = append(next.Handles, h)
+	written, err := st.UpdateNode(ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := log.take()
+	if len(writes) != 2 {
+		t.Fatalf("writes %q, want a patch of each block", writes)
+	}
+	for _, w := range writes {
+		if !strings.HasPrefix(w, http.MethodPatch+" ") || !strings.Contains(w, "kindnet.added.eth0") {
+			t.Errorf("write %s: want a PATCH adding the new record", w)
+		}
+		if strings.Contains(w, "c0ffee") || strings.Contains(w, "legacy") {
+			t.Errorf("write %s carries a record it did not change", w)
+		}
+	}
+	got, err := st.GetNode(ctx, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameNode(t, got, written)
+	if ls, err := st.ListNodes(ctx, store.NodeSelector{LendsTo: "node-b"}); err != nil || len(ls) != 0 {
+		t.Fatalf("lenders of node-b after its record was dropped: %d, %v; want none", len(ls), err)
+	}
+	b6name := st.names.claim(next.Blocks[1].Pool, next.Blocks[1].CIDR)
+	o, err := st.get(ctx, kindBlock, b6name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := o.Metadata.Labels[LendsPrefix+"node-b"]; ok {
+		t.Fatalf("IPAMBlock %s still labelled as lending to node-b: %v", b6name, o.Metadata.Labels)
 	}
 }
