@@ -226,4 +226,3 @@ func setSpec(t *testing.T, o *unstructured.Unstructured, value any, field string
 		t.Fatal(err)
 	}
 }
-
