@@ -147,14 +147,6 @@ func headObject(part, name, node string, loans ...map[string]any) *unstructured.
 	return o
 }
 
-func toAny(s []string) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
-}
-
 func toAnyMaps(s []map[string]any) []any {
 	out := make([]any, len(s))
 	for i, v := range s {
