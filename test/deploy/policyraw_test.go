@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
@@ -119,7 +121,7 @@ func blockObject(part, name, pool, cidr, node, free string, records []string, le
 	o := map[string]any{"apiVersion": "ipkeeper.io/v1beta1", "kind": "IPAMBlock",
 		"metadata": map[string]any{"name": name, "labels": labels}, "spec": spec}
 	if records != nil {
-		spec["state"] = map[string]any{"free": free, "records": toAny(records)}
+		spec["state"] = map[string]any{"free": free, "records": recordMap(records)}
 		o["summary"] = map[string]any{"inUse": int64(len(records)), "handles": int64(len(records))}
 	}
 	return &unstructured.Unstructured{Object: o}
@@ -145,14 +147,6 @@ func headObject(part, name, node string, loans ...map[string]any) *unstructured.
 	return o
 }
 
-func toAny(s []string) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
-}
-
 func toAnyMaps(s []map[string]any) []any {
 	out := make([]any, len(s))
 	for i, v := range s {
@@ -161,15 +155,49 @@ func toAnyMaps(s []map[string]any) []any {
 	return out
 }
 
+// recordMap is records as a block's state keeps them: each by its first
+// field (the handle ID), holding the rest; a later record of a key
+// replaces an earlier one.
+func recordMap(records []string) map[string]any {
+	out := make(map[string]any, len(records))
+	for _, r := range records {
+		k, rest, _ := strings.Cut(r, " ")
+		out[k] = rest
+	}
+	return out
+}
+
+// records returns the block's records, whole, in the order of their keys.
 func records(o *unstructured.Unstructured) []string {
-	r, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "state", "records")
-	return r
+	m, _, _ := unstructured.NestedStringMap(o.Object, "spec", "state", "records")
+	out := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+" "+m[k])
+	}
+	return out
+}
+
+// dropped returns records without the record of handle id.
+func dropped(records []string, id string) []string {
+	return slices.DeleteFunc(slices.Clone(records), func(r string) bool { return strings.HasPrefix(r, id+" ") })
+}
+
+// patch sends a JSON Patch of name (dry run unless real) and checks the
+// answer with want: admission sees the object as patched, as an UPDATE.
+func (c rawClient) patch(t *testing.T, name, what string, want func(*testing.T, string, error), real bool, ops string) {
+	t.Helper()
+	opts := metav1.PatchOptions{}
+	if !real {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err := c.res.Patch(c.ctx, name, types.JSONPatchType, []byte(ops), opts)
+	want(t, what, err)
 }
 
 // setState sets the block's records and free queue, and the summary.
 func setState(t *testing.T, o *unstructured.Unstructured, free string, recs []string) {
 	t.Helper()
-	if err := unstructured.SetNestedField(o.Object, map[string]any{"free": free, "records": toAny(recs)}, "spec", "state"); err != nil {
+	if err := unstructured.SetNestedField(o.Object, map[string]any{"free": free, "records": recordMap(recs)}, "spec", "state"); err != nil {
 		t.Fatal(err)
 	}
 	if err := unstructured.SetNestedField(o.Object, map[string]any{"inUse": int64(len(recs)), "handles": int64(len(recs))}, "summary"); err != nil {
@@ -189,10 +217,4 @@ func setSpec(t *testing.T, o *unstructured.Unstructured, value any, field string
 	if err := unstructured.SetNestedField(o.Object, value, "spec", field); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func replaced(s []string, i int, v string) []string {
-	out := slices.Clone(s)
-	out[i] = v
-	return out
 }

@@ -37,7 +37,7 @@ func TestNodeWritesBlocks(t *testing.T) {
 		setState(t, o, "2-7", []string{"authz.a1.eth0 10.61.0.8@authz", "authz.c1.eth0 10.61.0.9@authz node=node-c"})
 	})
 	a.edit(t, v4, "node-a releases an address of its block", allowed, false, func(o *unstructured.Unstructured) {
-		setState(t, o, "2-7,0", records(o)[1:])
+		setState(t, o, "2-7,0", dropped(records(o), "authz.a1.eth0"))
 	})
 	a.edit(t, v4, "node-a hands its block to node-b", refusedBy(ruleClaimKept), false, func(o *unstructured.Unstructured) {
 		setSpec(t, o, "node-b", "node")
@@ -86,8 +86,9 @@ func TestNodeWritesBlocks(t *testing.T) {
 // TestNodeWritesBorrow: node-a's credentials update node-b's IPAMBlock
 // (IPv4, and IPv6 of a pool with a hashed name) only to add or remove
 // the records of node-a's handles ("node=node-a"), with the free queue,
-// the summary and its own lends label: the other records stay as they
-// are and in order, the free queue stays unless its records change, the
+// the summary and its own lends label, by PUT or JSON Patch: the other
+// records stay as they are under their keys, the free queue stays unless
+// its records change, the
 // other labels, owner references and finalizers stay.
 func TestNodeWritesBorrow(t *testing.T) {
 	s := server(t)
@@ -109,7 +110,7 @@ func TestNodeWritesBorrow(t *testing.T) {
 		setState(t, o, "4-7", append(records(o), "authz.a2.eth0 10.61.0.3@authz node=node-a"))
 	})
 	a.edit(t, v4, "node-a removes its record, the address back in the free queue, and its lends label", allowed, false, func(o *unstructured.Unstructured) {
-		setState(t, o, "3-7,2", records(o)[:2])
+		setState(t, o, "3-7,2", dropped(records(o), "authz.a1.eth0"))
 		o.SetLabels(map[string]string{kube.LabelPartition: part, kube.LabelNode: "node-b", kube.LabelPool: "authz"})
 	})
 	a.edit(t, v6, "node-a borrows from an IPv6 block, labeling it as lending to it", allowed, false, func(o *unstructured.Unstructured) {
@@ -125,22 +126,36 @@ func TestNodeWritesBorrow(t *testing.T) {
 		setState(t, o, "4-7", append(records(o), "authz.b9.eth0 10.61.0.3@authz"))
 	})
 	a.edit(t, v4, "node-a turns its record into node-c's", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
-		setState(t, o, "3-7", replaced(records(o), 2, "authz.a1.eth0 10.61.0.2@authz node=node-c"))
+		setState(t, o, "3-7", append(records(o), "authz.a1.eth0 10.61.0.2@authz node=node-c"))
 	})
 	a.edit(t, v4, "node-a adds its record and frees node-b's address", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
-		r := records(o)
-		setState(t, o, "4-7,0", []string{r[1], r[2], "authz.a2.eth0 10.61.0.3@authz node=node-a"})
+		setState(t, o, "4-7,0", append(dropped(records(o), "authz.b1.eth0"), "authz.a2.eth0 10.61.0.3@authz node=node-a"))
 	})
 	a.edit(t, v4, "node-a drops node-b's record", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
-		setState(t, o, "3-7,0", records(o)[1:])
+		setState(t, o, "3-7,0", dropped(records(o), "authz.b1.eth0"))
 	})
 	a.edit(t, v4, "node-a changes node-b's record", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
-		setState(t, o, "3-7", replaced(records(o), 1, "authz.b2.eth0 10.61.0.1@authz pod=db"))
+		setState(t, o, "3-7", append(records(o), "authz.b2.eth0 10.61.0.1@authz pod=db"))
 	})
-	a.edit(t, v4, "node-a reorders node-b's records", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
-		r := records(o)
-		setState(t, o, "3-7", []string{r[1], r[0], r[2]})
+	a.edit(t, v4, "node-a moves node-b's record under another handle's ID", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
+		setState(t, o, "3-7", append(dropped(records(o), "authz.b1.eth0"), "authz.b7.eth0 10.61.0.0@authz"))
 	})
+	a.edit(t, v4, "node-a moves its own record under a key of node-b's", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
+		setState(t, o, "3-7", append(dropped(records(o), "authz.a1.eth0"), "authz.b1.eth0 10.61.0.2@authz node=node-a"))
+	})
+
+	// The same as JSON Patches (what the datastore sends): admission
+	// judges the object as patched.
+	a.patch(t, v4, "node-a patches in its record with the address it takes", allowed, false,
+		`[{"op":"add","path":"/spec/state/free","value":"4-7"},{"op":"add","path":"/spec/state/records/authz.a2.eth0","value":"10.61.0.3@authz node=node-a"}]`)
+	a.patch(t, v4, "node-a patches out its record", allowed, false,
+		`[{"op":"add","path":"/spec/state/free","value":"3-7,2"},{"op":"remove","path":"/spec/state/records/authz.a1.eth0"}]`)
+	a.patch(t, v4, "node-a patches in a record of node-c's", refusedBy(ruleOthersKept), false,
+		`[{"op":"add","path":"/spec/state/free","value":"4-7"},{"op":"add","path":"/spec/state/records/authz.c1.eth0","value":"10.61.0.3@authz node=node-c"}]`)
+	a.patch(t, v4, "node-a patches out node-b's record", refusedBy(ruleOthersKept), false,
+		`[{"op":"add","path":"/spec/state/free","value":"3-7,0"},{"op":"remove","path":"/spec/state/records/authz.b1.eth0"}]`)
+	a.patch(t, v4, "node-a patches the free queue alone", refusedBy(ruleFreeKept), false,
+		`[{"op":"add","path":"/spec/state/free","value":"7,3-6"}]`)
 	a.edit(t, v4, "node-a drops node-b's block state", refusedBy(ruleOthersKept), false, func(o *unstructured.Unstructured) {
 		unstructured.RemoveNestedField(o.Object, "spec", "state")
 	})
@@ -181,7 +196,7 @@ func TestNodeWritesBorrow(t *testing.T) {
 		o.SetFinalizers([]string{"example.com/hold"})
 	})
 	a.remove(t, v6, "node-a deletes node-b's IPv6 block", refusedBy(ruleBlockOwner), false)
-	if o := admin.get(t, v4); !slices.Equal(records(o), []string{"authz.b1.eth0 10.61.0.0@authz", "authz.b2.eth0 10.61.0.1@authz pod=web", "authz.a1.eth0 10.61.0.2@authz node=node-a"}) {
+	if o := admin.get(t, v4); !slices.Equal(records(o), []string{"authz.a1.eth0 10.61.0.2@authz node=node-a", "authz.b1.eth0 10.61.0.0@authz", "authz.b2.eth0 10.61.0.1@authz pod=web"}) {
 		t.Fatalf("node-b's block after node-a's dry runs: %v", records(o))
 	}
 }

@@ -66,7 +66,7 @@ var grants = []struct {
 // Kubernetes datastore (internal/store/kube) on its cluster-scoped CRDs,
 // so the same rows in every namespace.
 var datastoreGrants = []string{
-	"ipamblocks.ipkeeper.io [] [create delete get list update]",
+	"ipamblocks.ipkeeper.io [] [create delete get list patch update]",
 	"ipamnodes.ipkeeper.io [] [create delete get list update]",
 	"ipampools.ipkeeper.io [] [create delete get list update]",
 	"ipamreservations.ipkeeper.io [] [get list]",

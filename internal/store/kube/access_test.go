@@ -175,10 +175,11 @@ func nodeOfSize(t testing.TB, name string, size int) store.Node {
 	n := store.Node{Name: name}
 	enc := func() int {
 		ref := store.BlockRef{Pool: p.Name, CIDR: p.CIDR}
-		w := blockWire{Pool: p.Name, CIDR: p.CIDR, Node: name, State: &blockState{Free: store.FormatQueue(n.Blocks[0].Free)}}
+		w := blockWire{Pool: p.Name, CIDR: p.CIDR, Node: name, State: &blockState{Free: store.FormatQueue(n.Blocks[0].Free), Records: map[string]string{}}}
 		for _, h := range fragments(n, []store.BlockRef{ref})[ref] {
 			hs := store.EncodeHandle(h, name)
-			w.State.Records = append(w.State.Records, store.FormatRecord(&hs))
+			key, rest := splitRecord(store.FormatRecord(&hs))
+			w.State.Records[key] = rest
 		}
 		raw, _ := json.Marshal(w)
 		return len(raw)

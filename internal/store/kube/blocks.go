@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
@@ -22,10 +24,35 @@ type blockWire struct {
 
 // blockState is a block's part of its node object: the free queue
 // (store.FormatQueue) and the records of the handles with addresses in
-// the block, each listing only those addresses (store.FormatRecord).
+// the block, each listing only those addresses (store.FormatRecord),
+// keyed by the record's first field (the handle ID as a record writes
+// it) and holding the rest, so that a write adds, replaces or removes one
+// record by its key (a JSON Patch) without knowing the others.
 type blockState struct {
-	Free    string   `json:"free"`
-	Records []string `json:"records"`
+	Free    string            `json:"free"`
+	Records map[string]string `json:"records"`
+}
+
+// splitRecord splits a record (store.FormatRecord) into its key (the
+// handle ID as written) and the rest.
+func splitRecord(r string) (key, rest string) {
+	key, rest, _ = strings.Cut(r, " ")
+	return key, rest
+}
+
+// recordKey is the key of handle id's record in a block's state.
+func recordKey(id string) string {
+	key, _ := splitRecord(store.FormatRecord(&store.HandleSpec{ID: id}))
+	return key
+}
+
+// records returns the state's records, by key.
+func (st *blockState) records() []string {
+	out := make([]string, 0, len(st.Records))
+	for _, k := range slices.Sorted(maps.Keys(st.Records)) {
+		out = append(out, k+" "+st.Records[k])
+	}
+	return out
 }
 
 // blockSummary counts a block's state for `kubectl get`: recomputed on
@@ -113,6 +140,12 @@ type blockContent struct {
 	spec   []byte
 	labels map[string]string
 	sum    *blockSummary
+	// state is the spec's state; byID the key of each handle's record in
+	// it; frags the records' handles; node the node object's name.
+	state *blockState
+	byID  map[string]string
+	frags []ipam.Handle
+	node  string
 }
 
 // blockContent returns block ref of n (which holds it) as stored, its
@@ -122,11 +155,14 @@ func (s *Store) blockContent(n store.Node, ref store.BlockRef, frags []ipam.Hand
 	if !ok {
 		return blockContent{}, fmt.Errorf("%w: node object %q does not hold block %s", store.ErrInvalid, n.Name, ref)
 	}
-	st := &blockState{Free: store.FormatQueue(b.Free), Records: make([]string, len(frags))}
+	st := &blockState{Free: store.FormatQueue(b.Free), Records: make(map[string]string, len(frags))}
 	labels := map[string]string{LabelNode: labelValue(n.Name), LabelPool: labelValue(ref.Pool)}
+	byID := make(map[string]string, len(frags))
 	for i := range frags {
 		hs := store.EncodeHandle(frags[i], n.Name)
-		st.Records[i] = store.FormatRecord(&hs)
+		key, rest := splitRecord(store.FormatRecord(&hs))
+		st.Records[key] = rest
+		byID[frags[i].ID] = key
 		if frags[i].Node != n.Name {
 			labels[LendsPrefix+labelValue(frags[i].Node)] = ""
 		}
@@ -139,7 +175,48 @@ func (s *Store) blockContent(n store.Node, ref store.BlockRef, frags []ipam.Hand
 		return blockContent{}, err
 	}
 	return blockContent{ref: ref, name: s.names.claim(ref.Pool, ref.CIDR), spec: spec, labels: labels,
-		sum: &blockSummary{InUse: len(b.Owners), Handles: len(frags)}}, nil
+		sum: &blockSummary{InUse: len(b.Owners), Handles: len(frags)}, state: st, byID: byID, frags: frags, node: n.Name}, nil
+}
+
+// patchOps returns the JSON Patch operations that turn the block's state
+// as stored at the version the change was computed against into c's:
+// the records of the handles in ids (those new, changed or dropped)
+// added or replaced, or removed where they hold no address of the block;
+// the free queue and the summary replaced; the labels replaced when a
+// record that may name a borrower is added or removed. The state as
+// stored is not needed: a removal adds the key first (a JSON Patch
+// removes only a member that exists), so it holds whether or not the
+// block held a record of that handle.
+func (c *blockContent) patchOps(ids []string, partition string) []patchOp {
+	const records = "/spec/state/records/"
+	ops := []patchOp{
+		{Op: "add", Path: "/spec/state/free", Value: c.state.Free},
+		{Op: "add", Path: "/summary", Value: c.sum},
+	}
+	labels := false
+	for _, id := range ids {
+		key, ok := c.byID[id]
+		if !ok {
+			path := records + pointerEscape.Replace(recordKey(id))
+			ops = append(ops, patchOp{Op: "add", Path: path, Value: "-"}, patchOp{Op: "remove", Path: path})
+			labels = true
+			continue
+		}
+		ops = append(ops, patchOp{Op: "add", Path: records + pointerEscape.Replace(key), Value: c.state.Records[key]})
+	}
+	for i := range c.frags {
+		if c.frags[i].Node != c.node && slices.Contains(ids, c.frags[i].ID) {
+			labels = true
+		}
+	}
+	if labels {
+		l := maps.Clone(c.labels)
+		if partition != "" {
+			l[LabelPartition] = partition
+		}
+		ops = append(ops, patchOp{Op: "add", Path: "/metadata/labels", Value: l})
+	}
+	return ops
 }
 
 // body returns the object to PUT at version v.
@@ -165,7 +242,7 @@ func assemble(name string, loans []store.LoanSpec, head store.Version, blocks []
 		ref := b.claim.BlockRef
 		spec.Blocks = append(spec.Blocks, store.BlockSpec{Pool: ref.Pool, CIDR: ref.CIDR, Free: b.state.Free})
 		parts.Blocks[ref] = b.version
-		for _, r := range b.state.Records {
+		for _, r := range b.state.records() {
 			hs, err := store.ParseRecord(r)
 			if err != nil {
 				return store.Node{}, fmt.Errorf("%w: node object %q: block %s: %w", store.ErrCorrupt, name, ref, err)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,10 +22,13 @@ import (
 
 // BenchmarkAddDensity measures a dual-stack ADD's write (one UpdateNode)
 // on the test API server on nodes already holding 10 to 2 000 dual-stack
-// pods: the bytes of the request bodies it sends (written-B/add) and its
-// write requests (writes/add). The DEL that keeps the node's size steady
-// is not timed; its bodies and requests are reported as written-B/del and
-// writes/del.
+// pods: the bytes of the request bodies it sends (written-B/add), its
+// write requests (writes/add), the median time of one (p50-ns/add), and
+// the size of the objects it wrote as the API server then stores them
+// in its etcd (stored-B/add: each written object GET back whole, JSON,
+// managedFields included, as the API server encodes a custom resource).
+// The DEL that keeps the node's size steady is not timed; its bodies and
+// requests are reported as written-B/del and writes/del.
 //
 //	IPKEEPER_KUBE_APISERVER=$(scripts/kube-apiserver.sh) \
 //	  go test -run '^$' -bench AddDensity -benchtime 100x ./internal/store/kube/
@@ -46,7 +50,8 @@ func BenchmarkAddDensity(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			var bytes, writes, delBytes, delWrites, adds int64
+			var bytes, writes, delBytes, delWrites, adds, stored int64
+			var took []time.Duration
 			i := 0
 			for b.Loop() {
 				b.StopTimer()
@@ -55,22 +60,30 @@ func BenchmarkAddDensity(b *testing.B) {
 				next := cloneBench(n)
 				benchAdd(b, st, &next, id)
 				bodies.take()
+				bodies.takePaths()
 				b.StartTimer()
+				start := time.Now()
 				if n, err = st.UpdateNode(ctx, next); err != nil {
 					b.Fatal(err)
 				}
+				took = append(took, time.Since(start))
 				b.StopTimer()
 				w, by := bodies.take()
 				writes, bytes, adds = writes+w, bytes+by, adds+1
+				stored += storedBytes(b, st, bodies.takePaths())
 				next = cloneBench(n)
 				benchDrop(b, &next, ipam.HandleID("k8s-pod-network", id, "eth0"))
 				if n, err = st.UpdateNode(ctx, next); err != nil {
 					b.Fatal(err)
 				}
 				w, by = bodies.take()
+				bodies.takePaths()
 				delWrites, delBytes = delWrites+w, delBytes+by
 				b.StartTimer()
 			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Nanoseconds()), "p50-ns/add")
+			b.ReportMetric(float64(stored)/float64(adds), "stored-B/add")
 			b.ReportMetric(float64(bytes)/float64(adds), "written-B/add")
 			b.ReportMetric(float64(writes)/float64(adds), "writes/add")
 			b.ReportMetric(float64(delBytes)/float64(adds), "written-B/del")
@@ -79,11 +92,14 @@ func BenchmarkAddDensity(b *testing.B) {
 	}
 }
 
-// bodyCounter counts the write requests (POST, PUT, DELETE) a store
-// sends and their bodies' bytes.
+// bodyCounter counts the write requests (POST, PUT, PATCH, DELETE) a
+// store sends and their bodies' bytes, and keeps the paths of the objects
+// PUT or PATCHed.
 type bodyCounter struct {
 	next          http.RoundTripper
 	writes, bytes atomic.Int64
+	mu            sync.Mutex
+	paths         []string
 }
 
 func (c *bodyCounter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -91,7 +107,35 @@ func (c *bodyCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.writes.Add(1)
 		c.bytes.Add(max(req.ContentLength, 0))
 	}
+	if req.Method == http.MethodPut || req.Method == http.MethodPatch {
+		c.mu.Lock()
+		c.paths = append(c.paths, req.URL.Path)
+		c.mu.Unlock()
+	}
 	return c.next.RoundTrip(req)
+}
+
+// takePaths returns the paths PUT or PATCHed since the last takePaths.
+func (c *bodyCounter) takePaths() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.paths
+	c.paths = nil
+	return p
+}
+
+// storedBytes GETs each object of paths and returns the sum of their
+// sizes as the API server answers them (JSON, managedFields included).
+func storedBytes(b *testing.B, st *Store, paths []string) int64 {
+	var sum int64
+	for _, p := range paths {
+		raw, err := st.rc.Get().AbsPath(p).DoRaw(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += int64(len(raw))
+	}
+	return sum
 }
 
 // take returns the writes and bytes counted since the last take.

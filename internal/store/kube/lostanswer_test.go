@@ -12,11 +12,12 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
-// Modes of lossyTransport for the next POST or PUT.
+// Modes of lossyTransport for the next POST, PUT or PATCH.
 const (
 	pass        = iota
 	dropAnswer  // the server stores the write; its answer is lost
@@ -33,7 +34,7 @@ type lossyTransport struct {
 var errLost = errors.New("connection reset (test)")
 
 func (l *lossyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPost && req.Method != http.MethodPut {
+	if req.Method != http.MethodPost && req.Method != http.MethodPut && req.Method != http.MethodPatch {
 		return l.rt.RoundTrip(req)
 	}
 	switch l.mode.Swap(pass) {
@@ -95,6 +96,34 @@ func TestLostAnswer(t *testing.T) {
 	}
 	if got, err = st.GetNode(ctx, "node-a"); err != nil || got.Version != n.Version {
 		t.Fatalf("after the lost update: version %q, %v; want %q (unchanged)", got.Version, err, n.Version)
+	}
+
+	// A write of what changed (a block's patch: the borrowed record
+	// released) whose answer was lost, then one that never arrived.
+	released := func(n store.Node) store.Node {
+		t.Helper()
+		h := n.Handles[2]
+		b6, err := n.Blocks[1].Release(h.IPs[0].Addr, h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Blocks = []ipam.Block{n.Blocks[0], b6}
+		n.Handles = n.Handles[:2]
+		return n
+	}
+	lossy.mode.Store(dropRequest)
+	if _, err := st.UpdateNode(ctx, released(n)); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("patch that never arrived: %v, want ErrUnavailable (outcome unknown)", err)
+	}
+	if got, err = st.GetNode(ctx, "node-a"); err != nil || got.Version != n.Version || len(got.Handles) != 3 {
+		t.Fatalf("after the lost patch: version %q, %d handles, %v; want %q, 3 (unchanged)", got.Version, len(got.Handles), err, n.Version)
+	}
+	lossy.mode.Store(dropAnswer)
+	if n, err = st.UpdateNode(ctx, released(n)); err != nil {
+		t.Fatalf("patch whose answer was lost: %v, want it resolved as stored", err)
+	}
+	if got, err = st.GetNode(ctx, "node-a"); err != nil || got.Version != n.Version || len(got.Handles) != 2 {
+		t.Fatalf("after the resolved patch: version %q, %d handles, %v; want %q, 2", got.Version, len(got.Handles), err, n.Version)
 	}
 
 	lossy.mode.Store(dropAnswer)

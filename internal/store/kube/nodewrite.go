@@ -26,6 +26,11 @@ type nodeWrite struct {
 	// removed are the IPAMBlocks DELETEd (blocks the object no longer
 	// holds: claim and state are one object), after the PUTs.
 	removed []store.BlockRef
+	// patch: each block the object held when read is patched (only the
+	// records of ids, its free queue and summary), not PUT whole. ids
+	// are the handles whose records are new, changed or dropped.
+	patch bool
+	ids   []string
 }
 
 // planWrite validates n and returns its write. A node object that was
@@ -52,6 +57,8 @@ func (s *Store) planWrite(ctx context.Context, n store.Node, create bool) (nodeW
 	}
 	refs, removed := c.Blocks, c.Removed
 	w.head = c.Head || create
+	w.patch = !create && !whole
+	w.ids = append(slices.Clone(c.Records), c.Dropped...)
 	if !whole && c.Empty() {
 		// A fence: every writer that read the object before must fail,
 		// and a stale fence must write nothing. The object is read and
@@ -64,6 +71,7 @@ func (s *Store) planWrite(ctx context.Context, n store.Node, create bool) (nodeW
 			return nodeWrite{}, fmt.Errorf("%w: node object %q is at version %q, not %q", store.ErrConflict, n.Name, cur.Version, n.Version)
 		}
 		w.head = true
+		w.patch = false
 		refs = slices.Collect(maps.Keys(p.Blocks))
 	}
 	slices.SortFunc(refs, compareFamily)
@@ -119,17 +127,23 @@ func (s *Store) send(ctx context.Context, w nodeWrite) (store.Node, error) {
 	}
 	for _, bc := range w.blocks {
 		v, known := parts.Blocks[bc.ref]
-		if !known {
-			var err error
+		var nv store.Version
+		var err error
+		switch {
+		case known && w.patch:
+			nv, err = s.patch(ctx, kindBlock, bc.name, v, writeNonce(), bc.patchOps(w.ids, s.prefix))
+		case !known:
 			if v, err = s.unusedBlock(ctx, n.Name, bc.ref, bc.name); err != nil {
 				return store.Node{}, err
 			}
+			fallthrough
+		default:
+			var body []byte
+			if body, err = s.blockBody(bc, v); err != nil {
+				return store.Node{}, err
+			}
+			nv, err = s.update(ctx, kindBlock, bc.name, body)
 		}
-		body, err := s.blockBody(bc, v)
-		if err != nil {
-			return store.Node{}, err
-		}
-		nv, err := s.update(ctx, kindBlock, bc.name, body)
 		if err != nil {
 			return store.Node{}, s.partErr(ctx, n.Name, fmt.Errorf("block %s: %w", bc.ref, err))
 		}

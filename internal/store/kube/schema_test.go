@@ -3,12 +3,13 @@ package kube
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/netip"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 )
 
@@ -117,9 +118,10 @@ func TestSchemaRefusesMalformed(t *testing.T) {
 		{"pool, block size a string", kindPool, `{"name":"p","cidr":"10.0.0.0/16","blockSize":"26"}`, "spec.blockSize"},
 		{"node, bad free queue syntax", kindNode, `{"node":"n","blocks":[{"pool":"p","cidr":"10.0.0.0/26","free":"0-x"}],"records":[]}`, "free"},
 		{"node, record not a string", kindNode, `{"node":"n","blocks":[],"records":[{"id":"a.b.c"}]}`, "records"},
-		{"block, bad free queue syntax", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"0-x","records":[]}}`, "free"},
+		{"block, bad free queue syntax", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"0-x","records":{}}}`, "free"},
 		{"block, state without records", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"0-63"}}`, "records"},
-		{"block, record not a string", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"1-63","records":[{"id":"a.b.c"}]}}`, "records"},
+		{"block, record not a string", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"1-63","records":{"a.b.c":{"ips":"10.0.0.1@blue"}}}}`, "records"},
+		{"block, records a list", kindBlock, `{"pool":"blue","cidr":"10.0.0.0/26","node":"n","state":{"free":"1-63","records":["a.b.c 10.0.0.1@blue"]}}`, "records"},
 		// Objects written before records were strings keep the old schema.
 		{"node, old form, bad address", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"a.b.c","ips":[{"addr":"10.0.0.256","pool":"p"}]}]}`, "addr"},
 		{"node, old form, attachment of two", kindNode, `{"node":"n","blocks":[],"records":[],"handles":[{"id":"x","attachment":["a","b"],"ips":[{"addr":"10.0.0.1","pool":"p"}]}]}`, "attachment"},
@@ -195,6 +197,10 @@ func blockCorrupt(t *testing.T, st, admin *Store) {
 	if err := json.Unmarshal(o.Spec, &good); err != nil {
 		t.Fatal(err)
 	}
+	k1 := recordKey(ipam.HandleID("kindnet", "c0ffee", "eth0"))
+	if _, ok := good.State.Records[k1]; !ok {
+		t.Fatalf("fixture: no record %q in %v", k1, good.State.Records)
+	}
 	for _, c := range []struct {
 		name string
 		edit func(w *blockState)
@@ -202,14 +208,14 @@ func blockCorrupt(t *testing.T, st, admin *Store) {
 	}{
 		{"free queue with a run that does not ascend", func(w *blockState) { w.Free = "5-2" }, "does not ascend"},
 		{"free queue missing an ordinal", func(w *blockState) { w.Free = "0-5" }, "want 64 in all"},
-		{"record that does not parse", func(w *blockState) { w.Records[0] = "a.b.c 10.0.5.70" }, "want <addr>@<pool>"},
-		{"record of an address outside the block", func(w *blockState) { w.Records[0] = strings.Replace(w.Records[0], "10.0.5.70", "10.0.6.70", 1) }, "outside the block"},
-		{"record dropped, its address still taken", func(w *blockState) { w.Records = w.Records[1:] }, "node-c"},
+		{"record that does not parse", func(w *blockState) { w.Records[k1] = "10.0.5.70" }, "want <addr>@<pool>"},
+		{"record of an address outside the block", func(w *blockState) { w.Records[k1] = strings.Replace(w.Records[k1], "10.0.5.70", "10.0.6.70", 1) }, "outside the block"},
+		{"record dropped, its address still taken", func(w *blockState) { delete(w.Records, k1) }, "node-c"},
 	} {
 		t.Run("block, "+c.name, func(t *testing.T) {
 			w := good
 			bs := *good.State
-			bs.Records = slices.Clone(bs.Records)
+			bs.Records = maps.Clone(bs.Records)
 			c.edit(&bs)
 			w.State = &bs
 			raw, _ := json.Marshal(w)

@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/store"
@@ -201,6 +202,42 @@ func (s *Store) update(ctx context.Context, k kind, name string, body []byte) (s
 	return versionOf(k, name, raw)
 }
 
+// patchOp is one operation of a JSON Patch (RFC 6902).
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// pointerEscape escapes a key for a JSON Pointer (RFC 6901) path.
+var pointerEscape = strings.NewReplacer("~", "~0", "/", "~1")
+
+// patch sends ops as a JSON Patch of name, preconditioned on version:
+// the patch first sets metadata.resourceVersion to it, which the API
+// server compares with the stored object's (409 Conflict when it moved
+// on, and nothing is written), and sets AnnotationWrite's value nonce by
+// replacing the annotations. It returns the new version; a lost answer
+// is resolved as for update.
+func (s *Store) patch(ctx context.Context, k kind, name string, version store.Version, nonce string, ops []patchOp) (store.Version, error) {
+	if version == "" {
+		return "", fmt.Errorf("%w: %s: a patch needs the version it applies to", store.ErrInvalid, what(k, name))
+	}
+	all := make([]patchOp, 0, len(ops)+2)
+	all = append(all,
+		patchOp{Op: "replace", Path: "/metadata/resourceVersion", Value: string(version)},
+		patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{AnnotationWrite: nonce}})
+	all = append(all, ops...)
+	body, err := json.Marshal(all)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", store.ErrInvalid, what(k, name), err)
+	}
+	raw, err := do(ctx, s.rc.Patch(types.JSONPatchType).Resource(k.resource).Name(name).SetHeader("Accept", metadataAnswer).Body(body))
+	if err != nil {
+		return s.resolveNonce(ctx, k, name, nonce, err)
+	}
+	return versionOf(k, name, raw)
+}
+
 // resolve answers a create or update that failed with err. When no answer
 // came (a transport error: the write may have been stored) and the
 // context is still live, it reads the object back: holding the write's
@@ -216,11 +253,22 @@ func (s *Store) resolve(ctx context.Context, k kind, name string, body []byte, e
 	var sent struct {
 		Metadata meta `json:"metadata"`
 	}
-	if json.Unmarshal(body, &sent) != nil || sent.Metadata.Annotations[AnnotationWrite] == "" {
+	if json.Unmarshal(body, &sent) != nil {
+		return "", mapped
+	}
+	return s.resolveNonce(ctx, k, name, sent.Metadata.Annotations[AnnotationWrite], err)
+}
+
+// resolveNonce is resolve for a write that sent AnnotationWrite's value
+// nonce.
+func (s *Store) resolveNonce(ctx context.Context, k kind, name, nonce string, err error) (store.Version, error) {
+	mapped := mapErr(what(k, name), err)
+	var st apierrors.APIStatus
+	if errors.As(err, &st) || ctx.Err() != nil || nonce == "" {
 		return "", mapped
 	}
 	o, gerr := s.get(ctx, k, name)
-	if gerr != nil || o.Metadata.Annotations[AnnotationWrite] != sent.Metadata.Annotations[AnnotationWrite] || o.Metadata.ResourceVersion == "" {
+	if gerr != nil || o.Metadata.Annotations[AnnotationWrite] != nonce || o.Metadata.ResourceVersion == "" {
 		return "", fmt.Errorf("%w (outcome unknown)", mapped)
 	}
 	return store.Version(o.Metadata.ResourceVersion), nil
