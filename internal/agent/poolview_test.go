@@ -261,5 +261,3 @@ func TestAgentStalePoolViewCannotAllocateInRemovedPool(t *testing.T) {
 		t.Fatalf("claims of the removed pool: %v, %v", claims, err)
 	}
 }
-
-
