@@ -53,7 +53,8 @@ type Agent struct {
 
 	// cni serves CNI verbs on the kubernetes datastore (EnableCNI); nil
 	// when the agent only answers lookups.
-	cni *plugin.Plugin
+	cni        *plugin.Plugin
+	kubeAllocs *kubeAllocators
 }
 
 // New returns an agent for node that reads with client. Start starts its
@@ -112,6 +113,9 @@ func (a *Agent) Start(ctx context.Context) {
 func (a *Agent) Shutdown() {
 	for _, f := range a.factories {
 		f.Shutdown()
+	}
+	if a.kubeAllocs != nil {
+		a.kubeAllocs.shutdown()
 	}
 }
 

@@ -12,12 +12,14 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/plugin"
 	"github.com/ipkeeper/ipkeeper/internal/podinfo"
+	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 )
 
@@ -36,9 +38,11 @@ const maxCNIRequest = config.MaxConfigBytes + 64<<10
 // datastores (podinfo.AgentCNIPath) with the agent's own credentials (rc:
 // the node's ServiceAccount, as the kubeconfig the installer writes for
 // the plugin). One allocator per partition lives as long as the agent:
-// its client's connection, the node's object as last written and the
-// pools (5 s) stay warm, so that an ADD in a block the node holds is one
-// write and no read. The verbs run as in the plugin, in a container
+// its client's connection and the node's object as last written stay
+// warm, and its pools and reservations are the partition's watch of them
+// (poolView), so that an ADD in a block the node holds is one write and
+// no read, and a reservation applies from the first ADD after its watch
+// event. The verbs run as in the plugin, in a container
 // (plugin.Plugin.InContainer: earlier sandboxes' namespaces are only
 // judged where the host's /var/run/netns is mounted); their pod-aware
 // lookups read the agent's caches directly, not through its socket.
@@ -47,7 +51,8 @@ func (a *Agent) EnableCNI(rc *rest.Config) {
 	// The node's pod starts through it, one write each: as fast as the
 	// kubelet's own client may go (its --kube-api-qps and burst defaults).
 	cni.QPS, cni.Burst = cniQPS, cniBurst
-	k := &kubeAllocators{rc: cni, log: a.log, byPrefix: map[string]*allocator.Allocator{}}
+	k := &kubeAllocators{rc: cni, log: a.log, byPrefix: map[string]*allocator.Allocator{}, stop: make(chan struct{})}
+	a.kubeAllocs = k
 	a.cni = &plugin.Plugin{Log: a.log.With("component", "cni"), KubeAllocator: k.get, InContainer: true, Pods: a}
 }
 
@@ -58,10 +63,14 @@ type kubeAllocators struct {
 	log      *slog.Logger
 	mu       sync.Mutex
 	byPrefix map[string]*allocator.Allocator
+	views    []*poolView
+	stop     chan struct{}
+	stopped  bool
 }
 
-// get returns the partition's allocator; the config's kubeconfig path is
-// the host's and is not read here.
+// get returns the partition's allocator, its pools and reservations
+// watched from its first verb on; the config's kubeconfig path is the
+// host's and is not read here.
 func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator.Allocator, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -72,9 +81,53 @@ func (k *kubeAllocators) get(_ context.Context, ds config.Datastore) (*allocator
 	if err != nil {
 		return nil, err
 	}
-	a := allocator.New(st, k.log)
+	dc, err := dynamic.NewForConfig(k.rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	v, err := newPoolView(dc, st, k.log.With("partition", ds.Prefix))
+	if err != nil {
+		return nil, err
+	}
+	if !k.stopped {
+		v.start()
+		k.views = append(k.views, v)
+	}
+	a := allocator.New(viewStore{Store: st, view: v}, k.log)
+	// Every allocation asks the view (memory): no pool is kept beside it.
+	a.PoolCacheTTL = 0
 	k.byPrefix[ds.Prefix] = a
 	return a, nil
+}
+
+// shutdown stops the partitions' watches.
+func (k *kubeAllocators) shutdown() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stopped = true
+	for _, v := range k.views {
+		v.shutdown()
+	}
+}
+
+// viewStore is a partition's store whose pool reads for allocations
+// (GetPoolCached) come from the agent's watch of its pools and
+// reservations; a pool the view cannot answer for (not listed yet, its
+// watch failed, not in it) is read from the API up to date. Every other
+// read, GetPool included, goes to the API: an allocation that claimed a
+// block reads its pool up to date (pool removal's guard), and so does
+// every other caller of GetPool.
+type viewStore struct {
+	*kube.Store
+	view *poolView
+}
+
+// GetPoolCached answers from the view, else reads the API.
+func (s viewStore) GetPoolCached(ctx context.Context, name string) (store.Pool, error) {
+	if p, err := s.view.pool(name); err == nil {
+		return p, nil
+	}
+	return s.Store.GetPool(ctx, name)
 }
 
 // serveCNI runs one forwarded verb: the answer is 200 with what the verb

@@ -324,6 +324,15 @@ func (a *Allocator) poolForAllocation(ctx context.Context, name string) (ipam.Po
 	}
 }
 
+// PoolForAllocation returns pool name as an allocation reads it: from
+// the pools read for allocations less than PoolCacheTTL ago, else from
+// the store's cache when it has one (cachedPoolReader), else read. A
+// config's named pools are resolved through it, so that the allocation
+// that follows reads them no more.
+func (a *Allocator) PoolForAllocation(ctx context.Context, name string) (ipam.Pool, error) {
+	return a.poolForAllocation(ctx, name)
+}
+
 // cachedPoolReader is a store that reads a pool from a cache that may lag
 // behind writes (the Kubernetes API server's watch cache) for less than a
 // read of the latest state.

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -62,9 +61,7 @@ func (c *Controller) NewMapLeaks() (*MapLeaks, error) {
 	pods, err := c.view.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke() },
 		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*corev1.Pod)
-			n, ok2 := cur.(*corev1.Pod)
-			if ok1 && ok2 && (o.Status.Phase != n.Status.Phase || !samePodIPs(o, n)) {
+			if podChanged(old, cur) {
 				poke()
 			}
 		},

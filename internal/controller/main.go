@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -55,6 +56,9 @@ type Options struct {
 	MapToken       string
 	MapTokenReview bool
 	MapAllow       []string
+	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
+	// on MetricsAddr.
+	Profiling bool
 	// DatastoreKubeconfig is the kubeconfig of a kubernetes datastore in
 	// another cluster ("": the controller's own credentials, Kubeconfig's
 	// or in-cluster).
@@ -73,6 +77,7 @@ func (o *Options) register(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of full reconcile passes")
 	fs.DurationVar(&o.StickyTTL, "sticky-ttl", DefaultStickyTTL, "how long a sticky address stays reserved for a StatefulSet pod or virtual machine without a pod, when its StatefulSet or VirtualMachine does not end it first")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":9273", "address serving /metrics, /healthz and /readyz (empty: none)")
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's heap, CPU and goroutine profiles under /debug/pprof/ on --metrics-addr")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", true, "reconcile only while holding the Lease "+LeaseName)
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", ns, "namespace of the leader-election Lease (the default is $POD_NAMESPACE when set)")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 15*time.Second, "leader election: how long a lease is valid without renewal")
@@ -161,7 +166,7 @@ func Run(ctx context.Context, o Options, stderr io.Writer, getenv func(string) s
 		health = leaderelection.NewLeaderHealthzAdaptor(o.RenewDeadline)
 	}
 	if o.MetricsAddr != "" {
-		srv, err := serve(o.MetricsAddr, m, c, health)
+		srv, err := serve(o.MetricsAddr, m, c, health, o.Profiling)
 		if err != nil {
 			return err
 		}
@@ -388,9 +393,16 @@ const (
 	apiBurst = 100
 )
 
-// serve starts the HTTP server of /metrics, /healthz and /readyz.
-func serve(addr string, m *Metrics, c *Controller, health *leaderelection.HealthzAdaptor) (*http.Server, error) {
+// serve starts the HTTP server of /metrics, /healthz and /readyz, and
+// with profiling of /debug/pprof/.
+func serve(addr string, m *Metrics, c *Controller, health *leaderelection.HealthzAdaptor, profiling bool) (*http.Server, error) {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if health != nil {

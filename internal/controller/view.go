@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -55,9 +58,7 @@ func newAPIView(client kubernetes.Interface, now func() time.Time, onChange func
 	}
 	if _, err := v.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*corev1.Pod)
-			c, ok2 := cur.(*corev1.Pod)
-			if ok1 && ok2 && (o.Status.Phase != c.Status.Phase || !samePodIPs(o, c)) {
+			if podChanged(old, cur) {
 				onChange()
 			}
 		},
@@ -80,27 +81,39 @@ func newAPIView(client kubernetes.Interface, now func() time.Time, onChange func
 	return v, nil
 }
 
-func samePodIPs(a, b *corev1.Pod) bool {
-	if len(a.Status.PodIPs) != len(b.Status.PodIPs) || a.Status.PodIP != b.Status.PodIP {
-		return false
-	}
-	for i := range a.Status.PodIPs {
-		if a.Status.PodIPs[i].IP != b.Status.PodIPs[i].IP {
-			return false
-		}
-	}
-	return true
+// podChanged reports whether a pod update may make allocations leaked:
+// the pod finished or its addresses changed.
+func podChanged(old, cur any) bool {
+	o, ok1 := old.(*podRecord)
+	c, ok2 := cur.(*podRecord)
+	return ok1 && ok2 && (o.pod.Phase != c.pod.Phase || !slices.Equal(o.pod.IPs, c.pod.IPs))
 }
 
-// strip keeps of pods and nodes only what the controller reads.
+// podRecord is what the informer keeps of a Pod: its key and version,
+// and what the leak rules read (a few hundred bytes, where a Pod stripped
+// of the rest still weighs over a kilobyte).
+type podRecord struct {
+	metav1.ObjectMeta // name, namespace, UID, resourceVersion, deletionTimestamp
+	pod               leaks.Pod
+}
+
+func (p *podRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *podRecord) DeepCopyObject() runtime.Object {
+	c := &podRecord{ObjectMeta: *p.ObjectMeta.DeepCopy(), pod: p.pod}
+	c.pod.IPs = slices.Clone(p.pod.IPs)
+	return c
+}
+
+// strip keeps of pods and nodes only what the controller reads: a pod
+// becomes a podRecord.
 func strip(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return &corev1.Pod{
+		return &podRecord{
 			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, UID: o.UID,
 				ResourceVersion: o.ResourceVersion, DeletionTimestamp: o.DeletionTimestamp},
-			Spec:   corev1.PodSpec{NodeName: o.Spec.NodeName},
-			Status: corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
+			pod: leaks.PodFromAPI(o),
 		}, nil
 	case *corev1.Node:
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion}}
@@ -152,11 +165,11 @@ func (c *clusterView) Pod(namespace, name string) (leaks.Pod, bool) {
 	if err != nil || !ok {
 		return leaks.Pod{}, false
 	}
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*podRecord)
 	if !ok {
 		return leaks.Pod{}, false
 	}
-	return leaks.PodFromAPI(p), true
+	return p.pod, true
 }
 
 func (c *clusterView) NodeExists(name string) bool {

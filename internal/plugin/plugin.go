@@ -105,7 +105,15 @@ func (s *session) rangeSets(ctx context.Context) ([]netpools.Set, []ipam.Pool, e
 	if s.planned != nil {
 		return s.planned, netpools.Definitions(s.planned), nil
 	}
-	return netpools.Resolve(ctx, s.alloc, s.conf)
+	return netpools.Resolve(ctx, allocationPools{s.alloc}, s.conf)
+}
+
+// allocationPools reads a config's named pools as the allocation does
+// (Allocator.PoolForAllocation), once for both.
+type allocationPools struct{ *allocator.Allocator }
+
+func (p allocationPools) Pool(ctx context.Context, name string) (ipam.Pool, error) {
+	return p.PoolForAllocation(ctx, name)
 }
 
 // prepareFunc adjusts a parsed config before the datastore is opened

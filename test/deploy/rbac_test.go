@@ -68,8 +68,8 @@ var grants = []struct {
 var datastoreGrants = []string{
 	"ipamblocks.ipkeeper.io [] [create delete get list patch update]",
 	"ipamnodes.ipkeeper.io [] [create delete get list update]",
-	"ipampools.ipkeeper.io [] [create delete get list update]",
-	"ipamreservations.ipkeeper.io [] [get list]",
+	"ipampools.ipkeeper.io [] [create delete get list update watch]",
+	"ipamreservations.ipkeeper.io [] [get list watch]",
 }
 
 func init() {

@@ -182,3 +182,27 @@ func bitsOf(n int) int {
 	}
 	return b
 }
+
+// Selector is the label selector of this partition's objects, as its
+// lists send it: what a watch of its IPAMPools or IPAMReservations selects.
+func (s *Store) Selector() string { return s.selector() }
+
+// DecodePool decodes an IPAMPool of this partition as the API server
+// serves it (JSON), as ListPools does, without its reservations; the
+// version is the object's resourceVersion.
+func (s *Store) DecodePool(raw []byte) (store.Pool, error) {
+	o, err := decodeObject(kindPool, "", raw)
+	if err != nil {
+		return store.Pool{}, err
+	}
+	if err := s.checkPartition(kindPool, o); err != nil {
+		return store.Pool{}, err
+	}
+	var named struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(o.Spec, &named); err != nil {
+		return store.Pool{}, fmt.Errorf("%w: %s: %v", store.ErrCorrupt, what(kindPool, o.Metadata.Name), err)
+	}
+	return s.decodePool(o, named.Name)
+}

@@ -134,3 +134,16 @@ func (s *Store) withReserved(ctx context.Context, pool string, pools []store.Poo
 	}
 	return nil
 }
+
+// DecodeReservation decodes an IPAMReservation of this partition as the
+// API server serves it (JSON).
+func (s *Store) DecodeReservation(raw []byte) (store.Reservation, error) {
+	o, err := decodeObject(kindReservation, "", raw)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	if err := s.checkPartition(kindReservation, o); err != nil {
+		return store.Reservation{}, err
+	}
+	return s.decodeReservation(o)
+}

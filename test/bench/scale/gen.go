@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
@@ -69,7 +70,17 @@ func openCluster(ctx context.Context, srv *kubetest.Server, prefix string) (*clu
 	if err != nil {
 		return nil, err
 	}
-	return &cluster{srv: srv, client: srv.Client, ds: ds, st: st, alloc: allocator.New(st, nil), pods: map[string][]pod{}, frozen: map[string]bool{}}, nil
+	// Protobuf, as the kubelet and the controllers speak it: the API
+	// server decodes and encodes a Pod in a fraction of JSON's time.
+	rc := rest.CopyConfig(srv.Config)
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	rc.QPS, rc.Burst = -1, 0 // no client-side limit: -conc bounds it
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &cluster{srv: srv, client: client, ds: ds, st: st, alloc: allocator.New(st, nil), pods: map[string][]pod{}, frozen: map[string]bool{}}, nil
 }
 
 // generate creates nodes Node objects and perNode pods bound to each,

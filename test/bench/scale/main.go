@@ -65,6 +65,7 @@ var (
 	flagQuietAdds   = flag.Int("quiet-adds", 20, "ADDs after the churn, for API requests and etcd bytes per ADD")
 	flagSmall       = flag.Int("small", 20, "nodes of the comparison cluster (0: skip it)")
 	flagKeep        = flag.String("logs", "", "copy the processes' logs into this directory")
+	flagHeap        = flag.String("heap", "", "save the controller's heap profile at the end of the window to this path prefix (-<nodes>.pprof appended)")
 )
 
 const prefix = "scale"

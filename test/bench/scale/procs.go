@@ -110,9 +110,27 @@ func startController(bin, dir, kubeconfig, prefix string, grace, resync time.Dur
 	c.proc, err = startProc("ipkeeper-controller", filepath.Join(dir, "controller.log"),
 		[]string{"IPKEEPER_DATASTORE=kubernetes", "IPKEEPER_DATASTORE_PREFIX=" + prefix}, bin,
 		"--kubeconfig", kubeconfig, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", mport),
-		"--map-addr", fmt.Sprintf("127.0.0.1:%d", uport), "--leader-elect=false",
+		"--map-addr", fmt.Sprintf("127.0.0.1:%d", uport), "--leader-elect=false", "--profiling",
 		"--leak-grace", grace.String(), "--resync", resync.String())
 	return c, err
+}
+
+// saveHeap writes the controller's heap profile (its --profiling) to
+// path.
+func (c *controller) saveHeap(path string) error {
+	resp, err := http.Get(c.metrics + "/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // waitReady waits until /readyz answers 200.

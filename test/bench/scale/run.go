@@ -206,6 +206,14 @@ func run(ctx context.Context, nodes int, full bool) (*result, error) {
 	r.ctrlCPU, r.apiCPU, r.selfCPU = s1.ctrlCPU-s0.ctrlCPU, s1.api-s0.api, s1.self-s0.self
 	r.changes = s1.changes - s0.changes
 	r.ctrlRSS, r.ctrlHW = ctrl.memory()
+	if *flagHeap != "" {
+		path := fmt.Sprintf("%s-%d.pprof", *flagHeap, nodes)
+		if err := ctrl.saveHeap(path); err != nil {
+			fmt.Printf("  controller heap profile: %v\n", err)
+		} else {
+			fmt.Printf("  controller heap profile in %s (go tool pprof -top -sample_index=inuse_space %s)\n", path, path)
+		}
+	}
 	fmt.Printf("  window %v: %d pod changes, %d ADDs measured\n", r.window.Round(time.Millisecond), r.changes, r.adds.lat.N)
 
 	if full {
