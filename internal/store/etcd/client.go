@@ -28,6 +28,8 @@ type endpoint struct {
 	name string // host:port or socket path, for messages
 	// hc speaks HTTP/2 to etcd's gRPC service.
 	hc *http.Client
+	// early is a dial Connect started (connect.go).
+	early early
 }
 
 // client sends gRPC requests to the endpoints, failing over to the next
@@ -103,6 +105,12 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 	default:
 		return nil, fmt.Errorf("scheme %q is not supported", u.Scheme)
 	}
+	ep.early.dial = dial
+	if useTLS {
+		ep.early.addr = transportAddr("https", strings.TrimPrefix(ep.base, "https://"))
+	} else {
+		ep.early.addr = transportAddr("http", strings.TrimPrefix(ep.base, "http://"))
+	}
 	if useTLS && tlsc == nil {
 		tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
@@ -120,7 +128,7 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: dialTimeout,
 		DisableCompression:  true,
-		DialContext:         dial,
+		DialContext:         ep.dialContext,
 		Protocols:           h2,
 	}
 	if useTLS {
@@ -133,6 +141,7 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 // close drops idle connections.
 func (c *client) close() {
 	for _, ep := range c.eps {
+		ep.dropEarly()
 		ep.hc.CloseIdleConnections()
 	}
 }
