@@ -105,14 +105,16 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 	default:
 		return nil, fmt.Errorf("scheme %q is not supported", u.Scheme)
 	}
-	ep.early.dial = dial
-	if useTLS {
-		ep.early.addr = transportAddr("https", strings.TrimPrefix(ep.base, "https://"))
-	} else {
-		ep.early.addr = transportAddr("http", strings.TrimPrefix(ep.base, "http://"))
-	}
 	if useTLS && tlsc == nil {
 		tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	ep.early.dial = dial
+	if useTLS {
+		host := strings.TrimPrefix(ep.base, "https://")
+		ep.early.addr = transportAddr("https", host)
+		ep.early.dial = dialTLS(dial, tlsc, host, dialTimeout)
+	} else {
+		ep.early.addr = transportAddr("http", strings.TrimPrefix(ep.base, "http://"))
 	}
 	// gRPC: HTTP/2 only, negotiated by TLS or, in the clear, with prior
 	// knowledge (as gRPC clients do; etcd tells the two apart by it).
@@ -128,11 +130,14 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: dialTimeout,
 		DisableCompression:  true,
-		DialContext:         ep.dialContext,
 		Protocols:           h2,
 	}
 	if useTLS {
-		tr.TLSClientConfig = tlsc.Clone()
+		// The connection comes with its handshake done (dialTLS), so
+		// that Connect dials it whole.
+		tr.DialTLSContext = ep.dialContext
+	} else {
+		tr.DialContext = ep.dialContext
 	}
 	ep.hc = &http.Client{Transport: tr}
 	return ep, nil

@@ -2,12 +2,15 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
+	"time"
 )
 
 // Connect starts dialing, in the background, the member the first request
-// will be sent to, and returns at once. That request's transport then
+// will be sent to (with https, the TLS handshake included), and returns
+// at once. That request's transport then
 // takes the connection (or the dial's error) instead of dialing itself:
 // a caller that waits for something before its first request (a plugin
 // process for its node lock) connects meanwhile. A connection no request
@@ -94,6 +97,34 @@ func closeWhenDone(c *earlyConn) {
 	<-c.done
 	if c.conn != nil {
 		_ = c.conn.Close()
+	}
+}
+
+// dialTLS returns a dial that connects with dial and completes a TLS
+// handshake with cfg for host (scheme-less, maybe with a port) within
+// timeout, offering HTTP/2 only: the transport's TLS dial.
+func dialTLS(dial func(ctx context.Context, network, addr string) (net.Conn, error), cfg *tls.Config, host string, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"h2"}
+	if cfg.ServerName == "" {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		cfg.ServerName = host
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return tc, nil
 	}
 }
 

@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
@@ -85,4 +86,40 @@ func TestConnectClosedUnused(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestConnectHandshakesTLS: with https, Connect completes the TLS
+// handshake too, before any request: a plugin process's first request
+// under its node lock waits for neither the connection nor the
+// handshake.
+func TestConnectHandshakesTLS(t *testing.T) {
+	p := newPKI(t, "early")
+	cert, err := tls.LoadX509KeyPair(p.serverCert, p.serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := open(t, func(c *etcd.Config) {
+		c.Endpoints = []string{"https://" + l.Addr().String()}
+		c.CAFile = p.ca
+	})
+	defer s.Close()
+	s.Connect(t.Context())
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := c.(*tls.Conn)
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("server side of the early connection's handshake: %v", err)
+	}
+	if got := tc.ConnectionState().NegotiatedProtocol; got != "h2" {
+		t.Fatalf("negotiated %q, want h2", got)
+	}
 }
