@@ -82,23 +82,24 @@ func lockName(cfg etcd.Config) string {
 }
 
 // locked is a plugin's store under the node lock: Close leaves the node's
-// hint file (etcd, when the open named a node), closes the store and then
-// releases the lock.
+// hint file (etcd, when the open named a node), releases the lock and then
+// closes the store.
 type locked struct {
 	store.Store
 	unlock func()
 	hint   *hintFile
 }
 
-// Close writes or removes the hint file, closes the store, then releases
-// the node lock.
+// Close writes or removes the hint file, releases the node lock, then
+// closes the store. The store's last request has returned by then and
+// closing it only drops its connections, so the next process of the node
+// need not wait for that.
 func (l *locked) Close() error {
 	if l.hint != nil {
 		l.hint.save()
 		l.hint = nil
 	}
-	err := l.Store.Close()
 	release(l.unlock)
 	l.unlock = nil
-	return err
+	return l.Store.Close()
 }

@@ -72,7 +72,8 @@ type Options struct {
 // objects of an unconverted store. Every open
 // pays one read of the marker (one Get: one round trip on etcd), which
 // also reads opts.Warm's objects; only an unmarked store pays more. A
-// plugin open of etcd takes the node lock before it connects.
+// plugin open of etcd connects to etcd while it waits for the node lock
+// and sends its first request once it holds it.
 //
 // kubernetes: the opener package kubeopen registers (kube.go): kube.Open
 // with ds.Kubeconfig (empty: in-cluster) and ds.Prefix as the partition;
@@ -99,17 +100,19 @@ func Open(ctx context.Context, ds config.Datastore, opts Options) (store.Store, 
 
 // openKVBacked is Open of a local or etcd datastore.
 func openKVBacked(ctx context.Context, ds config.Datastore, opts Options) (store.Store, error) {
-	var unlock func()
-	if opts.Plugin && ds.Type == config.DatastoreEtcd {
-		var err error
-		if unlock, err = nodeLock(ctx, lockName(etcdConfig(ds)), ds.RequestTimeout); err != nil {
-			return nil, err
-		}
-	}
 	kvs, err := openKV(ctx, ds)
 	if err != nil {
-		release(unlock)
 		return nil, err
+	}
+	var unlock func()
+	if es, ok := kvs.(*etcd.Store); ok && opts.Plugin {
+		// Connect while waiting for the lock: the node's other plugin
+		// processes wait only for this one's requests.
+		es.Connect(ctx)
+		if unlock, err = nodeLock(ctx, lockName(etcdConfig(ds)), ds.RequestTimeout); err != nil {
+			_ = kvs.Close()
+			return nil, err
+		}
 	}
 	w := opts.Warm
 	var hint string

@@ -223,7 +223,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	var pa podAware
 	prepare := p.kubePrepare(att, true, &pa)
-	return p.withPreparedSession(cniError, prepare, true, func(ctx context.Context, s *session) error {
+	// The result is printed once the session is closed: the node's next
+	// plugin process need not wait for it.
+	var result types.Result
+	err = p.withPreparedSession(cniError, prepare, true, func(ctx context.Context, s *session) error {
 		sets, define, err := s.rangeSets(ctx)
 		if err != nil {
 			return err
@@ -277,12 +280,18 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
-		out, err := res.GetAsVersion(s.conf.CNIVersion)
-		if err != nil {
+		if result, err = res.GetAsVersion(s.conf.CNIVersion); err != nil {
 			return types.NewError(types.ErrIncompatibleCNIVersion, err.Error(), "")
 		}
-		return out.PrintTo(p.Stdout)
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if err := result.PrintTo(p.Stdout); err != nil {
+		return cniError(err)
+	}
+	return nil
 }
 
 // Del releases everything of the attachment's handle; nothing to release

@@ -28,6 +28,8 @@ type endpoint struct {
 	name string // host:port or socket path, for messages
 	// hc speaks HTTP/2 to etcd's gRPC service.
 	hc *http.Client
+	// early is a dial Connect started (connect.go).
+	early early
 }
 
 // client sends gRPC requests to the endpoints, failing over to the next
@@ -106,6 +108,14 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 	if useTLS && tlsc == nil {
 		tlsc = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	ep.early.dial = dial
+	if useTLS {
+		host := strings.TrimPrefix(ep.base, "https://")
+		ep.early.addr = transportAddr("https", host)
+		ep.early.dial = dialTLS(dial, tlsc, host, dialTimeout)
+	} else {
+		ep.early.addr = transportAddr("http", strings.TrimPrefix(ep.base, "http://"))
+	}
 	// gRPC: HTTP/2 only, negotiated by TLS or, in the clear, with prior
 	// knowledge (as gRPC clients do; etcd tells the two apart by it).
 	h2 := new(http.Protocols)
@@ -120,11 +130,14 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: dialTimeout,
 		DisableCompression:  true,
-		DialContext:         dial,
 		Protocols:           h2,
 	}
 	if useTLS {
-		tr.TLSClientConfig = tlsc.Clone()
+		// The connection comes with its handshake done (dialTLS), so
+		// that Connect dials it whole.
+		tr.DialTLSContext = ep.dialContext
+	} else {
+		tr.DialContext = ep.dialContext
 	}
 	ep.hc = &http.Client{Transport: tr}
 	return ep, nil
@@ -133,6 +146,7 @@ func newEndpoint(raw string, dialTimeout time.Duration, tlsc *tls.Config) (*endp
 // close drops idle connections.
 func (c *client) close() {
 	for _, ep := range c.eps {
+		ep.dropEarly()
 		ep.hc.CloseIdleConnections()
 	}
 }

@@ -91,12 +91,7 @@ func TestTLS(t *testing.T) {
 	other := newPKI(t, "other")
 	srv := etcdtest.ForTest(t, &etcdtest.TLS{CertFile: good.serverCert, KeyFile: good.serverKey, CAFile: good.ca})
 	hostPort := strings.TrimPrefix(srv.Endpoint, "https://")
-	for _, tc := range []struct {
-		name      string
-		cfg       etcd.Config
-		wantErr   error
-		wantInMsg string
-	}{
+	for _, tc := range []tlsCase{
 		{name: "client cert", cfg: etcd.Config{Endpoints: []string{srv.Endpoint}, CAFile: good.ca, CertFile: good.clientCert, KeyFile: good.clientKey}},
 		{name: "host:port becomes https", cfg: etcd.Config{Endpoints: []string{hostPort}, CAFile: good.ca, CertFile: good.clientCert, KeyFile: good.clientKey}},
 		{name: "wrong CA", cfg: etcd.Config{Endpoints: []string{srv.Endpoint}, CAFile: other.ca, CertFile: good.clientCert, KeyFile: good.clientKey},
@@ -108,39 +103,61 @@ func TestTLS(t *testing.T) {
 		{name: "http to a TLS server", cfg: etcd.Config{Endpoints: []string{"http://" + hostPort}},
 			wantErr: store.ErrUnavailable},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Prefix = "/tls"
-			tc.cfg.RequestTimeout = 2 * time.Second
-			s, err := etcd.Open(t.Context(), tc.cfg)
-			if err != nil {
-				t.Fatalf("Open: %v", err)
+		// Each case also with the connection dialed early (Connect), as
+		// a plugin process dials while it waits for its node lock.
+		for _, early := range []bool{false, true} {
+			name := tc.name
+			if early {
+				name += " connected early"
 			}
-			defer s.Close()
-			err = s.Txn(t.Context(), nil, []kv.Op{{Key: "k", Value: []byte("v")}})
-			if tc.wantErr == nil {
-				if err != nil {
-					t.Fatalf("Txn: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("Txn: %v, want %v", err, tc.wantErr)
-			}
-			// Not retried until the request timeout: a TLS failure is
-			// permanent, not "unavailable".
-			if tc.wantErr == etcd.ErrTLS && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
-				t.Errorf("a TLS failure was retried as unavailable: %v", err)
-			}
-			msg := err.Error()
-			if !strings.Contains(msg, tc.wantInMsg) {
-				t.Errorf("message %q does not mention %q", msg, tc.wantInMsg)
-			}
-			if strings.Contains(msg, "PRIVATE KEY") || strings.Contains(msg, "BEGIN") {
-				t.Errorf("message leaks key material: %q", msg)
-			}
-			t.Logf("%s", msg)
-		})
+			t.Run(name, func(t *testing.T) { tc.run(t, early) })
+		}
 	}
+}
+
+// tlsCase is a TestTLS case: a client configuration and the error its
+// first request meets (none, or wantErr with wantInMsg in its message).
+type tlsCase struct {
+	name      string
+	cfg       etcd.Config
+	wantErr   error
+	wantInMsg string
+}
+
+func (tc tlsCase) run(t *testing.T, early bool) {
+	tc.cfg.Prefix = "/tls"
+	tc.cfg.RequestTimeout = 2 * time.Second
+	s, err := etcd.Open(t.Context(), tc.cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	if early {
+		s.Connect(t.Context())
+	}
+	err = s.Txn(t.Context(), nil, []kv.Op{{Key: "k", Value: []byte("v")}})
+	if tc.wantErr == nil {
+		if err != nil {
+			t.Fatalf("Txn: %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, tc.wantErr) {
+		t.Fatalf("Txn: %v, want %v", err, tc.wantErr)
+	}
+	// Not retried until the request timeout: a TLS failure is
+	// permanent, not "unavailable".
+	if tc.wantErr == etcd.ErrTLS && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+		t.Errorf("a TLS failure was retried as unavailable: %v", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, tc.wantInMsg) {
+		t.Errorf("message %q does not mention %q", msg, tc.wantInMsg)
+	}
+	if strings.Contains(msg, "PRIVATE KEY") || strings.Contains(msg, "BEGIN") {
+		t.Errorf("message leaks key material: %q", msg)
+	}
+	t.Logf("%s", msg)
 }
 
 // Bad TLS files are reported at Open, naming the file, never its contents.

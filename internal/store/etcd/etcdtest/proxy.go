@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections on a loopback port to a target address
@@ -15,6 +16,10 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   []net.Conn
 	refused bool
+	// forwarded counts the connections forwarded so far; more is closed
+	// (and replaced) at each.
+	forwarded int
+	more      chan struct{}
 }
 
 // NewProxy listens on a loopback port and forwards every connection to
@@ -25,7 +30,7 @@ func NewProxy(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &Proxy{l: l}
+	p := &Proxy{l: l, more: make(chan struct{})}
 	tb.Cleanup(func() { l.Close(); p.Cut() })
 	go func() {
 		for {
@@ -47,6 +52,9 @@ func NewProxy(tb testing.TB, target string) *Proxy {
 			}
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
+			p.forwarded++
+			close(p.more)
+			p.more = make(chan struct{})
 			p.mu.Unlock()
 			go func() { _, _ = io.Copy(u, c); u.Close() }()
 			go func() { _, _ = io.Copy(c, u); c.Close() }()
@@ -64,6 +72,33 @@ func (p *Proxy) Refuse(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refused = on
+}
+
+// WaitForwarded waits until the proxy has forwarded n connections since
+// it started, failing the test after ten seconds.
+func (p *Proxy) WaitForwarded(tb testing.TB, n int) {
+	tb.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		p.mu.Lock()
+		got, more := p.forwarded, p.more
+		p.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-more:
+		case <-timeout:
+			tb.Fatalf("proxy: %d connections forwarded after 10s, want %d", got, n)
+		}
+	}
+}
+
+// Forwarded is the number of connections the proxy has forwarded.
+func (p *Proxy) Forwarded() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.forwarded
 }
 
 // Cut closes every connection open through the proxy.
