@@ -96,22 +96,22 @@ func TestEditsRefused(t *testing.T) {
 		{"an owner without a record", func(n Node) Node {
 			b, _, _ := b0.Assign(editPool, "nobody")
 			return n.PutBlock(b)
-		}},
+		}, false},
 		{"a record whose block is not changed", func(n Node) Node {
 			h := r1
 			h.ID = "other"
 			h.IPs = []ipam.HandleIP{{Addr: b0.Addr(5), Pool: b0.Pool, Block: b0.CIDR}}
 			return n.PutRecord(h)
-		}},
-		{"a record dropped, its address still owned", func(n Node) Node { return n.DropRecord(c1) }},
+		}, false},
+		{"a record dropped, its address still owned", func(n Node) Node { return n.DropRecord(c1) }, false},
 		{"an address freed, its record kept", func(n Node) Node {
 			b, err := b0.Release(r1.IPs[0].Addr, c1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return n.PutBlock(b)
-		}},
-		{"a block with addresses removed", func(n Node) Node { return n.DropBlock(BlockRef{b0.Pool, b0.CIDR}) }},
+		}, false},
+		{"a block with addresses removed", func(n Node) Node { return n.DropBlock(BlockRef{b0.Pool, b0.CIDR}) }, false},
 		{"an owner renamed, not its record", func(n Node) Node {
 			b := b0
 			b.Owners = maps.Clone(b.Owners)
