@@ -98,6 +98,9 @@ func Assign(n store.Node, p ipam.Pool, id string) (store.Node, ipam.HandleIP, er
 	for _, cidr := range BlocksOf(n, p.Name) {
 		ref := store.BlockRef{Pool: p.Name, CIDR: cidr}
 		cur, _ := n.Block(ref)
+		if len(cur.Free) == 0 {
+			continue // full: no error to make
+		}
 		b, addr, err := cur.Assign(p, id)
 		if errors.Is(err, ipam.ErrBlockFull) {
 			continue

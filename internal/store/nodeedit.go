@@ -40,6 +40,8 @@ type editLog struct {
 	// untracked: the lists were changed otherwise; Changes compares the
 	// object whole until it is stored again.
 	untracked bool
+	// index finds records by ID.
+	index *idIndex
 }
 
 // recordEdit is a record's state before its first edit, and where it is.
@@ -80,11 +82,11 @@ func sameList[T any](a, b []T) bool {
 // n's lists were changed otherwise.
 func (n Node) log() editLog {
 	if n.edits == nil {
-		return editLog{handles: n.Handles, blocks: n.Blocks}
+		return editLog{handles: n.Handles, blocks: n.Blocks, index: &idIndex{}}
 	}
 	e := *n.edits
 	if !sameList(e.handles, n.Handles) || !sameList(e.blocks, n.Blocks) {
-		return editLog{handles: n.Handles, blocks: n.Blocks, untracked: true}
+		return editLog{handles: n.Handles, blocks: n.Blocks, untracked: true, index: e.index}
 	}
 	return e
 }
@@ -159,6 +161,9 @@ func (n Node) recordIndex(id string) int {
 			return r.at
 		}
 	}
+	if e := n.edits; e != nil && e.index != nil && len(n.Handles) >= minIndexed {
+		return e.index.find(n.Handles, id)
+	}
 	for i := range n.Handles {
 		if n.Handles[i].ID == id {
 			return i
@@ -215,6 +220,7 @@ func (n Node) PutRecord(h ipam.Handle) Node {
 	at := len(e.handles)
 	e.appendRecord(h)
 	e.noteRecord(h.ID, -1, at)
+	e.index.moved(n.Handles, e.handles, idAt{h.ID, at})
 	return n.finish(e)
 }
 
@@ -231,7 +237,7 @@ func (e *editLog) appendRecord(h ipam.Handle) {
 		o.mu.Unlock()
 		if free {
 			e.spare[l] = h
-			e.handles = e.spare[:l+1 : l+1]
+			e.handles = e.spare[: l+1 : l+1]
 			return
 		}
 	}
@@ -239,7 +245,7 @@ func (e *editLog) appendRecord(h ipam.Handle) {
 	copy(e.spare, e.handles)
 	e.spare[l] = h
 	e.owner = &spareOwner{used: l + 1}
-	e.handles = e.spare[:l+1 : l+1]
+	e.handles = e.spare[: l+1 : l+1]
 }
 
 // ReplaceRecord returns n with the record of id replaced by h, at its
@@ -259,11 +265,12 @@ func (n Node) ReplaceRecord(id string, h ipam.Handle) Node {
 	e.handles = slices.Clone(e.handles)
 	e.handles[i] = h
 	e.spare, e.owner = nil, nil
+	e.index.moved(n.Handles, e.handles, idAt{id, -1}, idAt{h.ID, i})
 	return n.finish(e)
 }
 
 // DropRecord returns n without the record of id (n itself when it holds
-// none); the records after it keep their order.
+// none); the last record takes its place.
 func (n Node) DropRecord(id string) Node {
 	i := n.recordIndex(id)
 	if i < 0 {
@@ -274,21 +281,24 @@ func (n Node) DropRecord(id string) Node {
 	last := len(e.handles) - 1
 	if i == last {
 		e.handles = e.handles[:last:last]
+		e.index.moved(n.Handles, e.handles, idAt{id, -1})
 		return n.finish(e)
 	}
-	if !e.untracked {
+	moved := e.handles[last].ID
+	if r, ok := e.records[moved]; ok {
+		r.at = i
 		e.records = maps.Clone(e.records)
-		for id, r := range e.records {
-			if r.at > i {
-				r.at--
-				e.records[id] = r
-			}
-		}
+		e.records[moved] = r
+	} else {
+		// Not edited: only its place changes (an edit that leaves it as
+		// it was).
+		e.noteRecord(moved, last, i)
 	}
 	hs := make([]ipam.Handle, max(2*last, 8))
-	copy(hs, e.handles[:i])
-	copy(hs[i:], e.handles[i+1:])
+	copy(hs, e.handles[:last])
+	hs[i] = e.handles[last]
 	e.spare, e.owner = hs, &spareOwner{used: last}
 	e.handles = hs[:last:last]
+	e.index.moved(n.Handles, e.handles, idAt{id, -1}, idAt{moved, i})
 	return n.finish(e)
 }

@@ -2,7 +2,9 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -156,4 +158,59 @@ func TestEditsRefused(t *testing.T) {
 			t.Fatalf("changes %+v", c)
 		}
 	})
+}
+
+// TestRecordIndex: the index finds every record of every copy, through
+// appends, drops, renames, writes and forks.
+func TestRecordIndex(t *testing.T) {
+	p := ipam.Pool{Name: "v4", CIDR: netip.MustParsePrefix("10.2.0.0/16"), BlockSize: 24}
+	n := Node{Name: "node-a"}
+	for i := range 2 {
+		n = n.PutBlock(ipam.NewBlock(p, p.BlockAt(uint64(i)), n.Name))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var kept []Node
+	for step := range 600 {
+		switch op := rng.IntN(10); {
+		case op < 6 || len(n.Handles) == 0:
+			n = assignIn(t, p, n, rng.IntN(2), fmt.Sprint("c", step))
+		case op < 8:
+			h := n.Handles[rng.IntN(len(n.Handles))]
+			n = n.DropRecord(h.ID)
+		case op == 8:
+			h := n.Handles[rng.IntN(len(n.Handles))]
+			r := h
+			r.ID = fmt.Sprint("renamed-", step)
+			n = n.ReplaceRecord(h.ID, r)
+		default:
+			n = AsStored(n, Parts{Head: Version(fmt.Sprint(step))})
+		}
+		if rng.IntN(20) == 0 {
+			kept = append(kept, n)
+		}
+		for _, c := range append([]Node{n}, kept...) {
+			for i := range c.Handles {
+				if j := c.recordIndex(c.Handles[i].ID); j != i {
+					t.Fatalf("step %d: record %q at %d found at %d", step, c.Handles[i].ID, i, j)
+				}
+			}
+			if j := c.recordIndex("absent"); j != -1 {
+				t.Fatalf("step %d: an absent record found at %d", step, j)
+			}
+		}
+	}
+	if len(n.Handles) < 2*minIndexed {
+		t.Fatalf("only %d records: the index was hardly used", len(n.Handles))
+	}
+}
+
+// assignIn gives a record of id the first free address of block bi of n
+// (not validated: the blocks' owners serve the index's test only).
+func assignIn(t *testing.T, p ipam.Pool, n Node, bi int, id string) Node {
+	t.Helper()
+	b, a, err := n.Blocks[bi].Assign(p, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.PutBlock(b).PutRecord(ipam.Handle{ID: id, Node: n.Name, IPs: []ipam.HandleIP{{Addr: a, Pool: p.Name, Block: b.CIDR}}})
 }

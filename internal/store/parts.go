@@ -55,7 +55,15 @@ func AsStored(n Node, p Parts) Node {
 // (kept whole or by its head's version) rather than the composite of p.
 func AsStoredAt(n Node, p Parts, v Version) Node {
 	n.stored = &stored{parts: p, blocks: n.Blocks, handles: n.Handles, loans: n.Loans}
-	n.edits = nil
+	e := &editLog{handles: n.Handles, blocks: n.Blocks}
+	if n.edits != nil {
+		// The records' spare capacity stays with them.
+		e.spare, e.owner, e.index = n.edits.spare, n.edits.owner, n.edits.index
+	}
+	if e.index == nil {
+		e.index = &idIndex{}
+	}
+	n.edits = e
 	n.Version = v
 	return n
 }
