@@ -270,7 +270,10 @@ func (n Node) ReplaceRecord(id string, h ipam.Handle) Node {
 }
 
 // DropRecord returns n without the record of id (n itself when it holds
-// none); the last record takes its place.
+// none); the last record takes its place. The records are copied: the
+// list of n keeps the record, and the spare capacity of the copy takes
+// the next records added (an append after a list shortened in place
+// would overwrite a record n still holds, so it would copy instead).
 func (n Node) DropRecord(id string) Node {
 	i := n.recordIndex(id)
 	if i < 0 {
@@ -279,26 +282,34 @@ func (n Node) DropRecord(id string) Node {
 	e := n.log()
 	e.noteRecord(id, i, -1)
 	last := len(e.handles) - 1
-	if i == last {
-		e.handles = e.handles[:last:last]
-		e.index.moved(n.Handles, e.handles, idAt{id, -1})
-		return n.finish(e)
-	}
 	moved := e.handles[last].ID
-	if r, ok := e.records[moved]; ok {
-		r.at = i
-		e.records = maps.Clone(e.records)
-		e.records[moved] = r
-	} else {
-		// Not edited: only its place changes (an edit that leaves it as
-		// it was).
-		e.noteRecord(moved, last, i)
+	if i != last {
+		if r, ok := e.records[moved]; ok {
+			r.at = i
+			e.records = maps.Clone(e.records)
+			e.records[moved] = r
+		} else {
+			// Not edited: only its place changes (an edit that leaves it
+			// as it was).
+			e.noteRecord(moved, last, i)
+		}
 	}
-	hs := make([]ipam.Handle, max(2*last, 8))
+	hs := make([]ipam.Handle, last+dropSpare)
 	copy(hs, e.handles[:last])
-	hs[i] = e.handles[last]
+	if i != last {
+		hs[i] = e.handles[last]
+	}
 	e.spare, e.owner = hs, &spareOwner{used: last}
 	e.handles = hs[:last:last]
-	e.index.moved(n.Handles, e.handles, idAt{id, -1}, idAt{moved, i})
+	if i != last {
+		e.index.moved(n.Handles, e.handles, idAt{id, -1}, idAt{moved, i})
+	} else {
+		e.index.moved(n.Handles, e.handles, idAt{id, -1})
+	}
 	return n.finish(e)
 }
+
+// dropSpare is the spare capacity a copy of the records made by a drop
+// keeps for records added next; more are appended in a copy twice as
+// large.
+const dropSpare = 32
