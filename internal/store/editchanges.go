@@ -21,10 +21,7 @@ func (n Node) loggedChanges(e *editLog) (NodeChange, error) {
 	if err := ValidName("node", n.Name); err != nil {
 		return NodeChange{}, err
 	}
-	idx, err := n.blockIndex()
-	if err != nil {
-		return NodeChange{}, err
-	}
+	idx := n.loggedBlocks(e)
 	c := NodeChange{Node: n.Name, Parts: s.parts}
 	touched := map[BlockRef]bool{}
 	for ref, b := range e.blockEdits {
@@ -75,6 +72,35 @@ func (n Node) loggedChanges(e *editLog) (NodeChange, error) {
 	slices.Sort(c.Records)
 	slices.Sort(c.Dropped)
 	return c, nil
+}
+
+// loggedBlocks indexes, by ref, the blocks n holds of those the edits of
+// e touched or that hold an address of a record they touched, before or
+// after: every block loggedChanges looks at (edits never hold a ref
+// twice).
+func (n Node) loggedBlocks(e *editLog) map[BlockRef]int {
+	idx := make(map[BlockRef]int, len(e.blockEdits)+2)
+	need := func(ref BlockRef) {
+		if _, ok := idx[ref]; !ok {
+			if i := n.blockIndexOf(ref); i >= 0 {
+				idx[ref] = i
+			}
+		}
+	}
+	for ref := range e.blockEdits {
+		need(ref)
+	}
+	for _, r := range e.records {
+		if h := n.record(r); h != nil {
+			for _, ip := range h.IPs {
+				need(BlockRef{ip.Pool, ip.Block})
+			}
+		}
+		for _, ip := range r.before.IPs {
+			need(BlockRef{ip.Pool, ip.Block})
+		}
+	}
+	return idx
 }
 
 // record returns the record r logs as it is now in n, nil when dropped.
