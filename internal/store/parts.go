@@ -34,8 +34,8 @@ type Parts struct {
 // stored is what a Node holds of its stored state: the parts' versions
 // and the object as they store it. Its slices are the caller's: a Node's
 // blocks, records and loans are never changed in place once stored
-// (nodealloc copies before it changes anything), so holding them costs
-// no copy.
+// (the edits, nodeedit.go, never change an element of a list they are
+// given; an append writes past its end), so holding them costs no copy.
 type stored struct {
 	parts   Parts
 	blocks  []ipam.Block
