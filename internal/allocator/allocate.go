@@ -50,6 +50,26 @@ type allocation struct {
 	// not read by this attempt. Only an address of its own blocks is taken
 	// from it; anything more returns errRemembered.
 	remembered bool
+	// taken are the addresses assigned in own and in each lender's object
+	// (by name) whose records record writes, once for all range sets.
+	taken map[string][]ipam.HandleIP
+}
+
+// assigned notes ip, assigned to the handle in object's blocks.
+func (al *allocation) assigned(object string, ip ipam.HandleIP) {
+	if al.taken == nil {
+		al.taken = map[string][]ipam.HandleIP{}
+	}
+	al.taken[object] = append(al.taken[object], ip)
+}
+
+// record gives h's records in own and in the lenders' objects the
+// addresses assigned there.
+func (al *allocation) record(h ipam.Handle) {
+	al.own = nodealloc.Record(al.own, h, al.taken[al.node])
+	for l, n := range al.lenders {
+		al.lenders[l] = nodealloc.Record(n, h, al.taken[l])
+	}
 }
 
 // errRemembered: the allocation needs more than the remembered object's
@@ -133,6 +153,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 			return ipam.Handle{}, fmt.Errorf("%w: %s is in no usable pool of the request (pools %s)", ErrAddrUnavailable, w, strings.Join(req.poolNames(), ", "))
 		}
 	}
+	al.record(h)
 	lenders := slices.Sorted(func(yield func(string) bool) {
 		for l := range al.lenders {
 			if !yield(l) {
@@ -150,7 +171,7 @@ func (a *Allocator) allocateOnce(ctx context.Context, req Request) (ipam.Handle,
 		return ipam.Handle{}, err
 	}
 	for _, l := range lenders {
-		al.own.Loans = append(al.own.Loans, store.Loan{Handle: id, Lender: l})
+		al.own.Loans = append(slices.Clip(al.own.Loans), store.Loan{Handle: id, Lender: l})
 	}
 	if _, err := a.writeNode(ctx, al.own); err != nil {
 		return ipam.Handle{}, err
@@ -243,7 +264,7 @@ func (al *allocation) takeAny(ctx context.Context, pools []ipam.Pool, h ipam.Han
 
 // take assigns from the node's own blocks of p.
 func (al *allocation) take(p ipam.Pool, h ipam.Handle) (ipam.HandleIP, bool, error) {
-	n, ip, err := nodealloc.Take(al.own, p, h)
+	n, ip, err := nodealloc.Assign(al.own, p, h.ID)
 	switch {
 	case errors.Is(err, nodealloc.ErrNoRoom):
 		return ipam.HandleIP{}, false, nil
@@ -251,6 +272,7 @@ func (al *allocation) take(p ipam.Pool, h ipam.Handle) (ipam.HandleIP, bool, err
 		return ipam.HandleIP{}, false, err
 	}
 	al.own = n
+	al.assigned(al.node, ip)
 	return ip, true, nil
 }
 
@@ -310,7 +332,7 @@ func (al *allocation) borrow(ctx context.Context, p ipam.Pool, h ipam.Handle) (i
 		if err != nil {
 			return ipam.HandleIP{}, false, err
 		}
-		n, ip, err := nodealloc.Take(ln, p, h)
+		n, ip, err := nodealloc.Assign(ln, p, h.ID)
 		if errors.Is(err, nodealloc.ErrNoRoom) {
 			continue
 		}
@@ -321,6 +343,7 @@ func (al *allocation) borrow(ctx context.Context, p ipam.Pool, h ipam.Handle) (i
 			return ipam.HandleIP{}, false, err
 		}
 		al.lenders[l] = n
+		al.assigned(l, ip)
 		return ip, true, nil
 	}
 	return ipam.HandleIP{}, false, nil
@@ -368,20 +391,22 @@ func (al *allocation) takeWanted(ctx context.Context, pools []ipam.Pool, want ne
 			if err != nil {
 				return ipam.HandleIP{}, fmt.Errorf("%s is in block %s of node %q: %w", want, cidr, c.Node, err)
 			}
-			n, ip, err := nodealloc.TakeAddr(ln, p, want, h)
+			n, ip, err := nodealloc.AssignAddr(ln, p, want, h.ID)
 			if err != nil {
 				return unavailable(err)
 			}
 			al.lenders[c.Node] = n
+			al.assigned(c.Node, ip)
 			return ip, nil
 		}
 		al.confirmed[ref] = true
 		al.own = nodealloc.AddBlock(al.own, p, cidr)
 	}
-	n, ip, err := nodealloc.TakeAddr(al.own, p, want, h)
+	n, ip, err := nodealloc.AssignAddr(al.own, p, want, h.ID)
 	if err != nil {
 		return unavailable(err)
 	}
 	al.own = n
+	al.assigned(al.node, ip)
 	return ip, nil
 }

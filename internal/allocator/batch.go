@@ -172,6 +172,7 @@ func (a *Allocator) takeFromKnown(p *pendingAlloc, n store.Node) (store.Node, ip
 		}
 		h.IPs = append(h.IPs, ip)
 	}
+	al.record(h)
 	if !a.knownClaimed(al.own, h) {
 		return n, ipam.Handle{}, false // the claim guard needs a read
 	}

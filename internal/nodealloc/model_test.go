@@ -114,7 +114,38 @@ func runModel(t *testing.T, seed uint64) {
 		p := pools[rng.IntN(2)]
 		var after store.Node
 		var err error
-		switch op := rng.IntN(10); {
+		if rng.IntN(8) == 0 {
+			// Written: later edits are taken from the log against this.
+			n = store.AsStored(n, store.Parts{Head: store.Version(fmt.Sprint(step + 1))})
+			before = deepNode(n)
+		}
+		switch op := rng.IntN(11); {
+		case op == 10: // a dual-stack handle: both addresses assigned, then recorded once
+			h := newHandle(&next)
+			var ips []ipam.HandleIP
+			var order []netip.Addr
+			after = n
+			for _, dp := range pools {
+				want, ok := m.firstFree(dp)
+				var ip ipam.HandleIP
+				after, ip, err = nodealloc.Assign(after, dp, h.ID)
+				if !ok {
+					if !errors.Is(err, nodealloc.ErrNoRoom) {
+						t.Fatalf("step %d: Assign with no room = %v", step, err)
+					}
+					continue
+				}
+				if err != nil || ip.Addr != want {
+					t.Fatalf("step %d: Assign = %v, %v; the model says %s", step, ip, err, want)
+				}
+				m.take(m.refOf(want), want, h.ID)
+				ips, order = append(ips, ip), append(order, want)
+			}
+			err = nil
+			after = nodealloc.Record(after, h, ips)
+			if len(ips) > 0 {
+				m.attrs[h.ID] = ipamHandle{Handle: h, IPsOrder: order}
+			}
 		case op == 0: // claim another block
 			i := uint64(rng.IntN(int(p.NumBlocks())))
 			ref := store.BlockRef{Pool: p.Name, CIDR: p.BlockAt(i)}
@@ -221,6 +252,24 @@ func runModel(t *testing.T, seed uint64) {
 		}
 		n = after
 		check(t, step, n, m)
+		checkChanges(t, step, n)
+	}
+}
+
+// checkChanges holds that what Changes takes from the edits' log is what
+// comparing the whole object finds.
+func checkChanges(t *testing.T, step int, n store.Node) {
+	t.Helper()
+	got, err := store.Changes(n)
+	if err != nil {
+		t.Fatalf("step %d: Changes: %v", step, err)
+	}
+	want, err := store.FullChanges(n)
+	if err != nil {
+		t.Fatalf("step %d: FullChanges: %v", step, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("step %d: Changes from the log\n got  %+v\n want %+v", step, got, want)
 	}
 }
 

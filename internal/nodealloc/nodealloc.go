@@ -62,42 +62,53 @@ func AddBlock(n store.Node, p ipam.Pool, cidr netip.Prefix) store.Node {
 	if _, ok := n.Block(store.BlockRef{Pool: p.Name, CIDR: cidr}); ok {
 		return n
 	}
-	c := Clone(n)
-	c.Blocks = append(c.Blocks, ipam.NewBlock(p, cidr, n.Name))
-	return c
+	return n.PutBlock(ipam.NewBlock(p, cidr, n.Name))
 }
 
 // RemoveBlock returns n without block ref, which must hold no address.
 func RemoveBlock(n store.Node, ref store.BlockRef) (store.Node, error) {
-	i := slices.IndexFunc(n.Blocks, func(b ipam.Block) bool { return b.Pool == ref.Pool && b.CIDR == ref.CIDR })
-	if i < 0 {
+	b, ok := n.Block(ref)
+	if !ok {
 		return n, fmt.Errorf("%w: %s", ErrNotHeld, ref)
 	}
-	if u := n.Blocks[i].InUse(); u > 0 {
+	if u := b.InUse(); u > 0 {
 		return n, fmt.Errorf("%w: block %s holds %d addresses", ErrTaken, ref, u)
 	}
-	c := Clone(n)
-	c.Blocks = slices.Delete(c.Blocks, i, i+1)
-	return c, nil
+	return n.DropBlock(ref), nil
 }
 
 // Take gives handle h the first address pool p permits in n's blocks of
 // p, in block order, and returns n with h's record holding it. The record
 // keeps h's attributes; h.IPs already held in n are kept.
 func Take(n store.Node, p ipam.Pool, h ipam.Handle) (store.Node, ipam.HandleIP, error) {
+	c, ip, err := Assign(n, p, h.ID)
+	if err != nil {
+		return n, ip, err
+	}
+	return withIP(c, h, ip), ip, nil
+}
+
+// Assign is Take without the record: it gives handle id the first
+// address pool p permits in n's blocks of p and returns n with the block
+// changed. The object is valid again once Record gives id's record the
+// address. A caller taking several addresses for one handle (a dual-stack
+// ADD) assigns each and records the handle once: changing a record costs
+// a copy of the records, adding one does not.
+func Assign(n store.Node, p ipam.Pool, id string) (store.Node, ipam.HandleIP, error) {
 	for _, cidr := range BlocksOf(n, p.Name) {
-		i := blockIndex(n, store.BlockRef{Pool: p.Name, CIDR: cidr})
-		b, addr, err := n.Blocks[i].Assign(p, h.ID)
+		ref := store.BlockRef{Pool: p.Name, CIDR: cidr}
+		cur, _ := n.Block(ref)
+		if len(cur.Free) == 0 {
+			continue // full: no error to make
+		}
+		b, addr, err := cur.Assign(p, id)
 		if errors.Is(err, ipam.ErrBlockFull) {
 			continue
 		}
 		if err != nil {
 			return n, ipam.HandleIP{}, err
 		}
-		ip := ipam.HandleIP{Addr: addr, Pool: p.Name, Block: cidr}
-		c := Clone(n)
-		c.Blocks[i] = b
-		return withIP(c, h, ip), ip, nil
+		return n.PutBlock(b), ipam.HandleIP{Addr: addr, Pool: p.Name, Block: cidr}, nil
 	}
 	return n, ipam.HandleIP{}, fmt.Errorf("%w: pool %q on node %q", ErrNoRoom, p.Name, n.Name)
 }
@@ -105,71 +116,89 @@ func Take(n store.Node, p ipam.Pool, h ipam.Handle) (store.Node, ipam.HandleIP, 
 // TakeAddr gives handle h the address addr of pool p, which must be free
 // in a block n holds, and returns n with h's record holding it.
 func TakeAddr(n store.Node, p ipam.Pool, addr netip.Addr, h ipam.Handle) (store.Node, ipam.HandleIP, error) {
+	c, ip, err := AssignAddr(n, p, addr, h.ID)
+	if err != nil {
+		return n, ip, err
+	}
+	return withIP(c, h, ip), ip, nil
+}
+
+// AssignAddr is TakeAddr without the record (see Assign).
+func AssignAddr(n store.Node, p ipam.Pool, addr netip.Addr, id string) (store.Node, ipam.HandleIP, error) {
 	for _, cidr := range BlocksOf(n, p.Name) {
 		if !cidr.Contains(addr) {
 			continue
 		}
-		i := blockIndex(n, store.BlockRef{Pool: p.Name, CIDR: cidr})
-		b, err := n.Blocks[i].AssignAddr(p, addr, h.ID)
+		cur, _ := n.Block(store.BlockRef{Pool: p.Name, CIDR: cidr})
+		b, err := cur.AssignAddr(p, addr, id)
 		if err != nil {
 			return n, ipam.HandleIP{}, fmt.Errorf("%w: %w", ErrTaken, err)
 		}
-		ip := ipam.HandleIP{Addr: addr, Pool: p.Name, Block: cidr}
-		c := Clone(n)
-		c.Blocks[i] = b
-		return withIP(c, h, ip), ip, nil
+		return n.PutBlock(b), ipam.HandleIP{Addr: addr, Pool: p.Name, Block: cidr}, nil
 	}
 	return n, ipam.HandleIP{}, fmt.Errorf("%w: %s of pool %q on node %q", ErrNotHeld, addr, p.Name, n.Name)
+}
+
+// Record returns n with h's record holding the addresses Assign and
+// AssignAddr gave h in n (ips, in the order taken) after those its
+// record already holds; h's attributes are kept for a new record.
+func Record(n store.Node, h ipam.Handle, ips []ipam.HandleIP) store.Node {
+	if len(ips) == 0 {
+		return n
+	}
+	if r, ok := n.Handle(h.ID); ok {
+		r.IPs = append(slices.Clip(r.IPs), ips...)
+		return n.ReplaceRecord(h.ID, r)
+	}
+	h.IPs = slices.Clone(ips)
+	return n.PutRecord(h)
 }
 
 // Release frees every address handle id holds in n and drops its record.
 // It returns n unchanged and nil when n holds no record of id.
 func Release(n store.Node, id string) (store.Node, []ipam.HandleIP) {
-	i := slices.IndexFunc(n.Handles, func(h ipam.Handle) bool { return h.ID == id })
-	if i < 0 {
+	r, ok := n.Handle(id)
+	if !ok {
 		return n, nil
 	}
-	c := Clone(n)
-	freed := c.Handles[i].IPs
-	for _, ip := range freed {
-		j := blockIndex(c, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
-		b, err := c.Blocks[j].Release(ip.Addr, id)
+	c := n
+	for _, ip := range r.IPs {
+		cur, _ := c.Block(store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
+		b, err := cur.Release(ip.Addr, id)
 		if err != nil {
 			// A record and its block's owners always agree in an object
 			// that passed store.Node.Validate.
 			panic(fmt.Sprintf("nodealloc: release %s of %q: %v", ip.Addr, id, err))
 		}
-		c.Blocks[j] = b
+		c = c.PutBlock(b)
 	}
-	c.Handles = slices.Delete(c.Handles, i, i+1)
-	return c, freed
+	return c.DropRecord(id), r.IPs
 }
 
 // ReleaseAddr frees one address of handle id in n: it goes to the back of
 // its block's free queue and leaves the record, which is dropped when it
 // held nothing else. It returns ErrNotHeld when id does not hold addr in n.
 func ReleaseAddr(n store.Node, id string, addr netip.Addr) (store.Node, error) {
-	i := slices.IndexFunc(n.Handles, func(h ipam.Handle) bool { return h.ID == id })
-	if i < 0 {
+	r, ok := n.Handle(id)
+	if !ok {
 		return n, fmt.Errorf("%w: no record of %q in node object %q", ErrNotHeld, id, n.Name)
 	}
-	k := slices.IndexFunc(n.Handles[i].IPs, func(ip ipam.HandleIP) bool { return ip.Addr == addr })
+	k := slices.IndexFunc(r.IPs, func(ip ipam.HandleIP) bool { return ip.Addr == addr })
 	if k < 0 {
 		return n, fmt.Errorf("%w: %q holds no %s in node object %q", ErrNotHeld, id, addr, n.Name)
 	}
-	c := Clone(n)
-	ip := c.Handles[i].IPs[k]
-	j := blockIndex(c, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
-	b, err := c.Blocks[j].Release(addr, id)
+	ip := r.IPs[k]
+	cur, _ := n.Block(store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
+	b, err := cur.Release(addr, id)
 	if err != nil {
 		panic(fmt.Sprintf("nodealloc: release %s of %q: %v", addr, id, err))
 	}
-	c.Blocks[j] = b
-	c.Handles[i].IPs = slices.Delete(slices.Clone(c.Handles[i].IPs), k, k+1)
-	if len(c.Handles[i].IPs) == 0 {
-		c.Handles = slices.Delete(c.Handles, i, i+1)
+	c := n.PutBlock(b)
+	r.IPs = slices.Delete(slices.Clone(r.IPs), k, k+1)
+	if len(r.IPs) == 0 {
+		return c.DropRecord(id), nil
 	}
-	return c, nil
+	return c.ReplaceRecord(id, r), nil
 }
 
 // ReleaseObserved is Release guarded by what the caller observed: it
@@ -213,31 +242,20 @@ func Rename(n store.Node, observed ipam.Handle, next ipam.Handle) (store.Node, e
 	if _, dup := n.Handle(next.ID); dup {
 		return n, fmt.Errorf("%w: %q already has a record in node object %q", ErrTaken, next.ID, n.Name)
 	}
-	c := Clone(n)
-	i := slices.IndexFunc(c.Handles, func(h ipam.Handle) bool { return h.ID == observed.ID })
-	next.IPs = c.Handles[i].IPs
-	c.Handles[i] = next
+	next.IPs = h.IPs
+	c := n
 	for _, ip := range next.IPs {
-		b := &c.Blocks[blockIndex(c, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})]
+		b, _ := c.Block(store.BlockRef{Pool: ip.Pool, CIDR: ip.Block})
 		ord, _ := b.Ordinal(ip.Addr)
 		b.Owners = maps.Clone(b.Owners)
 		b.Owners[ord] = next.ID
+		c = c.PutBlock(b)
 	}
-	return c, nil
+	return c.ReplaceRecord(observed.ID, next), nil
 }
 
-// withIP returns c (already a copy) with ip added to h's record, creating
-// the record from h when c has none.
-func withIP(c store.Node, h ipam.Handle, ip ipam.HandleIP) store.Node {
-	if i := slices.IndexFunc(c.Handles, func(r ipam.Handle) bool { return r.ID == h.ID }); i >= 0 {
-		c.Handles[i].IPs = append(slices.Clip(c.Handles[i].IPs), ip)
-		return c
-	}
-	h.IPs = []ipam.HandleIP{ip}
-	c.Handles = append(c.Handles, h)
-	return c
-}
-
-func blockIndex(n store.Node, ref store.BlockRef) int {
-	return slices.IndexFunc(n.Blocks, func(b ipam.Block) bool { return b.Pool == ref.Pool && b.CIDR == ref.CIDR })
+// withIP returns n with ip added to h's record, creating the record from
+// h when n has none.
+func withIP(n store.Node, h ipam.Handle, ip ipam.HandleIP) store.Node {
+	return Record(n, h, []ipam.HandleIP{ip})
 }

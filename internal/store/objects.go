@@ -95,6 +95,8 @@ type Node struct {
 	Version Version
 	// stored is the state this copy was read or written with (AsStored).
 	stored *stored
+	// edits are the edits made since (nodeedit.go).
+	edits *editLog
 }
 
 // Loan names the lender holding an address of one of the node's handles.
@@ -124,10 +126,8 @@ func (n Node) LendsTo() []string {
 
 // Block returns the node's block ref, if it holds it.
 func (n Node) Block(ref BlockRef) (ipam.Block, bool) {
-	for _, b := range n.Blocks {
-		if b.Pool == ref.Pool && b.CIDR == ref.CIDR {
-			return b, true
-		}
+	if i := n.blockIndexOf(ref); i >= 0 {
+		return n.Blocks[i], true
 	}
 	return ipam.Block{}, false
 }
@@ -145,10 +145,8 @@ func (n Node) LendersOf(id string) []string {
 
 // Handle returns the record of handle id, if n holds one.
 func (n Node) Handle(id string) (ipam.Handle, bool) {
-	for _, h := range n.Handles {
-		if h.ID == id {
-			return h, true
-		}
+	if i := n.recordIndex(id); i >= 0 {
+		return n.Handles[i], true
 	}
 	return ipam.Handle{}, false
 }

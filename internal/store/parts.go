@@ -34,8 +34,8 @@ type Parts struct {
 // stored is what a Node holds of its stored state: the parts' versions
 // and the object as they store it. Its slices are the caller's: a Node's
 // blocks, records and loans are never changed in place once stored
-// (nodealloc copies before it changes anything), so holding them costs
-// no copy.
+// (the edits, nodeedit.go, never change an element of a list they are
+// given; an append writes past its end), so holding them costs no copy.
 type stored struct {
 	parts   Parts
 	blocks  []ipam.Block
@@ -47,8 +47,24 @@ type stored struct {
 // of a copy of it names what the copy changed. Its Version is the
 // composite of p (CompositeVersion).
 func AsStored(n Node, p Parts) Node {
+	n = AsStoredAt(n, p, CompositeVersion(p))
+	return n
+}
+
+// AsStoredAt is AsStored for a backend whose node object's Version is v
+// (kept whole or by its head's version) rather than the composite of p.
+func AsStoredAt(n Node, p Parts, v Version) Node {
 	n.stored = &stored{parts: p, blocks: n.Blocks, handles: n.Handles, loans: n.Loans}
-	n.Version = CompositeVersion(p)
+	e := &editLog{handles: n.Handles, blocks: n.Blocks}
+	if n.edits != nil {
+		// The records' spare capacity stays with them.
+		e.spare, e.owner, e.index = n.edits.spare, n.edits.owner, n.edits.index
+	}
+	if e.index == nil {
+		e.index = &idIndex{}
+	}
+	n.edits = e
+	n.Version = v
 	return n
 }
 
@@ -114,10 +130,23 @@ func (c NodeChange) Empty() bool {
 
 // Changes validates what n changes and returns it, against the state n
 // was read with (everything, validated whole, for an object never
-// stored). The cost is a comparison per block and per record and the
-// validation of the blocks and records that changed; nothing is encoded.
+// stored). For an object changed by its edits alone (nodeedit.go) the
+// cost is bounded by what they touched: the records and blocks they
+// logged are compared and validated, the others not looked at. Otherwise
+// (FullChanges) it is a comparison per block and per record and the
+// validation of the blocks and records that changed. Nothing is encoded.
 // What did not change was valid when it was read or written.
 func Changes(n Node) (NodeChange, error) {
+	if e := n.tracked(); e != nil {
+		return n.loggedChanges(e)
+	}
+	return FullChanges(n)
+}
+
+// FullChanges is Changes found by comparing every block and record of n
+// with the state n was stored with, whatever edits made n: what Changes
+// takes from the edit log must equal it (tests hold it).
+func FullChanges(n Node) (NodeChange, error) {
 	s := n.stored
 	if s == nil {
 		if err := n.Validate(); err != nil {
@@ -417,7 +446,7 @@ func formatHex(v uint64) string {
 // was stored. Backends return a node object's blocks and records in an
 // order of their own.
 func (n Node) Normalized() Node {
-	n.stored = nil
+	n.stored, n.edits = nil, nil
 	n.Blocks = slices.SortedFunc(slices.Values(n.Blocks), func(a, b ipam.Block) int {
 		return BlockRef{a.Pool, a.CIDR}.Compare(BlockRef{b.Pool, b.CIDR})
 	})

@@ -2,6 +2,7 @@ package kvbacked_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/nodealloc"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 )
@@ -31,49 +33,38 @@ func benchHandle(node, container string) ipam.Handle {
 
 // addDualStack gives h one address of each bench pool in n (taking the
 // pool's next block into n when n's are full) and adds its record, as an
-// ADD does in memory before its one UpdateNode.
+// ADD does in memory before its one UpdateNode (by nodealloc's edits).
 func addDualStack(tb testing.TB, n *store.Node, h ipam.Handle) {
 	tb.Helper()
+	var ips []ipam.HandleIP
 	for _, p := range []ipam.Pool{bench4, bench6} {
-		i := slices.IndexFunc(n.Blocks, func(b ipam.Block) bool { return b.Pool == p.Name && b.FreeCount(p) > 0 })
-		if i < 0 {
-			n.Blocks = append(n.Blocks, ipam.NewBlock(p, p.BlockAt(uint64(len(n.Blocks))), n.Name))
-			i = len(n.Blocks) - 1
+		next, ip, err := nodealloc.Assign(*n, p, h.ID)
+		if errors.Is(err, nodealloc.ErrNoRoom) {
+			*n = nodealloc.AddBlock(*n, p, p.BlockAt(uint64(len(n.Blocks))))
+			next, ip, err = nodealloc.Assign(*n, p, h.ID)
 		}
-		nb, a, err := n.Blocks[i].Assign(p, h.ID)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		n.Blocks[i] = nb
-		h.IPs = append(h.IPs, ipam.HandleIP{Addr: a, Pool: p.Name, Block: nb.CIDR})
+		*n, ips = next, append(ips, ip)
 	}
-	n.Handles = append(n.Handles, h)
+	*n = nodealloc.Record(*n, h, ips)
 }
 
 // dropHandle frees handle id's addresses in n and removes its record, as
 // a DEL does in memory.
 func dropHandle(tb testing.TB, n *store.Node, id string) {
 	tb.Helper()
-	i := slices.IndexFunc(n.Handles, func(h ipam.Handle) bool { return h.ID == id })
-	for _, ip := range n.Handles[i].IPs {
-		j := slices.IndexFunc(n.Blocks, func(b ipam.Block) bool { return b.Pool == ip.Pool && b.CIDR == ip.Block })
-		nb, err := n.Blocks[j].Release(ip.Addr, id)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		n.Blocks[j] = nb
+	next, ips := nodealloc.Release(*n, id)
+	if len(ips) == 0 {
+		tb.Fatalf("no record of %q", id)
 	}
-	n.Handles = slices.Delete(slices.Clone(n.Handles), i, i+1)
+	*n = next
 }
 
-// cloneNode deep-copies the parts of n that addDualStack and dropHandle
-// change.
-func cloneNode(n store.Node) store.Node {
-	c := n
-	c.Blocks = slices.Clone(n.Blocks)
-	c.Handles = slices.Clone(n.Handles)
-	return c
-}
+// cloneNode returns n: the edits addDualStack and dropHandle make leave
+// the object they start from as it was.
+func cloneNode(n store.Node) store.Node { return n }
 
 // latencies collects the timed operations of a benchmark and reports
 // ops/s over them and their median.

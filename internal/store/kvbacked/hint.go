@@ -56,6 +56,9 @@ type NodeHint struct {
 	// Wrote is true when the process wrote the object (not only read
 	// it): only then does the datastore give the store an identity.
 	Wrote bool
+	// read is the node object as read (ReadLayoutWarm) at Version, when
+	// Value is not made yet: its encoding is made if Tracked asks.
+	read *store.Node
 }
 
 // PoolHint is a pool as one process last read or wrote it.
@@ -174,9 +177,12 @@ func (s *Store) Track(node string, seed NodeHint) {
 	for _, c := range seed.Claims {
 		s.track.claims[c.Ref] = c.Version
 	}
-	if _, ok := parseVersion(seed.Version); ok && len(seed.Value) > 0 {
+	if _, ok := parseVersion(seed.Version); ok && (len(seed.Value) > 0 || seed.read != nil) {
 		s.track.hint.Node, s.track.hint.Version, s.track.hint.Value = node, seed.Version, seed.Value
 		s.track.ok = true
+		if len(seed.Value) == 0 {
+			s.track.pending = seed.read
+		}
 	}
 }
 

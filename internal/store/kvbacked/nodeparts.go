@@ -93,9 +93,7 @@ func decodeParts(name string, es []kv.KeyValue) (store.Node, error) {
 		return store.Node{}, err
 	}
 	parts.Head = version(head)
-	n = store.AsStored(n, parts)
-	n.Version = version(head)
-	return n, nil
+	return store.AsStoredAt(n, parts, version(head)), nil
 }
 
 // hintedNode is node object name as a hint holds it: its encoding
@@ -107,9 +105,7 @@ func hintedNode(name string, val []byte, v store.Version) (store.Node, error) {
 	if err != nil {
 		return store.Node{}, err
 	}
-	n = store.AsStored(n, store.Parts{Head: v})
-	n.Version = v
-	return n, nil
+	return store.AsStoredAt(n, store.Parts{Head: v}, v), nil
 }
 
 // NodeBlockKey and NodeRecordKey are the keys of a block's and a handle

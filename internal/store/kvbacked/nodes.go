@@ -161,9 +161,7 @@ func (s *Store) written(n store.Node, rev int64) store.Node {
 	for _, b := range n.Blocks {
 		p.Blocks[store.BlockRef{Pool: b.Pool, CIDR: b.CIDR}] = v
 	}
-	n = store.AsStored(n, p)
-	n.Version = v
-	return n
+	return store.AsStoredAt(n, p, v)
 }
 
 // DeleteNode implements store.Store: every part of the node, at its

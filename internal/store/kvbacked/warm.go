@@ -121,12 +121,10 @@ func ReadLayoutWarm(ctx context.Context, s kv.Store, w Warm) (Layout, Warmed, er
 			if err != nil {
 				return layout, Warmed{}, nil
 			}
-			val, err := store.MarshalNode(n)
-			if err != nil {
-				return layout, Warmed{}, nil
-			}
+			// Encoded only when a tracking store is asked for its hint
+			// (Track, Tracked): most opens keep none.
 			out.Node = n
-			out.Hint.Version, out.Hint.Value = n.Version, val
+			out.Hint.Version, out.Hint.read = n.Version, &out.Node
 		}
 	}
 	for i := 0; i < pools; i += 2 {

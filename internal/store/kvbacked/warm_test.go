@@ -59,8 +59,15 @@ func TestReadLayoutWarmNode(t *testing.T) {
 			}
 			w := warm(kvs, kvbacked.Warm{Node: "node-a"})
 			if !w.OK || w.Node.Name != "node-a" || w.Node.Version != n.Version || len(w.Node.Handles) != 1 || len(w.Node.Blocks) != 2 ||
-				w.Hint.Version != n.Version || len(w.Hint.Value) == 0 {
+				w.Hint.Version != n.Version {
 				t.Fatalf("warm read: %+v; want node-a at %s with 1 handle and 2 blocks", w, n.Version)
+			}
+			// The hint's encoding of the node is made when a store tracking
+			// from it is asked.
+			tracking := kvbacked.New(kvs)
+			tracking.Track("node-a", w.Hint)
+			if h, ok := tracking.Tracked(); !ok || h.Version != n.Version || len(h.Value) == 0 {
+				t.Fatalf("tracked from the warm read: %+v, %v; want the node at %s", h, ok, n.Version)
 			}
 			if w.Hinted || w.Unread {
 				t.Fatalf("warm read without a hint: hinted %v, unread %v", w.Hinted, w.Unread)
