@@ -38,13 +38,28 @@ var ErrStickyHeld = errors.New("sticky identity held by another live attachment"
 const stickyAttempts = 8
 
 // StickyHolders lists the handles holding identity id for the
-// attachment of network and ifname, live or parked, from one list of
-// every node object (sorted by creation, then ID).
+// attachment of network and ifname, live or parked (sorted by creation,
+// then ID), from the node objects the store's index of the identity
+// names (store.NodeSelector.Sticky: written with every record, so it
+// misses none written since it exists); when those hold none, from one
+// list of every node object, which finds records written before.
 func (a *Allocator) StickyHolders(ctx context.Context, id, network, ifname string) ([]Observed, error) {
-	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{})
+	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{Sticky: id})
 	if err != nil {
 		return nil, storeErr(err)
 	}
+	if out := stickyHoldersIn(nodes, id, network, ifname); len(out) > 0 {
+		return out, nil
+	}
+	if nodes, err = a.store.ListNodes(ctx, store.NodeSelector{}); err != nil {
+		return nil, storeErr(err)
+	}
+	return stickyHoldersIn(nodes, id, network, ifname), nil
+}
+
+// stickyHoldersIn gathers the holders of identity id for network and
+// ifname from the records of nodes.
+func stickyHoldersIn(nodes []store.Node, id, network, ifname string) []Observed {
 	byID := map[string]*Observed{}
 	var ids []string
 	for _, n := range nodes {
@@ -76,7 +91,7 @@ func (a *Allocator) StickyHolders(ctx context.Context, id, network, ifname strin
 		}
 		return strings.Compare(x.Handle.ID, y.Handle.ID)
 	})
-	return out, nil
+	return out
 }
 
 // heldErr names the live holder of an identity.

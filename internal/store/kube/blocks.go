@@ -130,6 +130,9 @@ func (s *Store) blockContent(n store.Node, ref store.BlockRef, frags []ipam.Hand
 		if frags[i].Node != n.Name {
 			labels[LendsPrefix+labelValue(frags[i].Node)] = ""
 		}
+		if frags[i].Sticky != "" {
+			labels[StickyPrefix+labelValue(frags[i].Sticky)] = ""
+		}
 	}
 	spec, err := json.Marshal(blockWire{Pool: ref.Pool, CIDR: ref.CIDR, Node: n.Name, State: st})
 	if err != nil {
