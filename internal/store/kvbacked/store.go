@@ -28,7 +28,7 @@ const (
 	// sticky/<identity>/<node> for each node object holding a record of
 	// the identity.
 	stickyPrefix = "sticky/"
-	metaPrefix      = "meta/"
+	metaPrefix   = "meta/"
 	// reservationPrefix keys one value per pool: its reservations.
 	reservationPrefix = "reservations/"
 )
