@@ -367,24 +367,32 @@ func (a *Allocator) renamePart(ctx context.Context, p ObservedPart, h ipam.Handl
 // ReleaseOrPark is the DEL of an attachment: a handle with a sticky
 // identity is parked (every record keeps its addresses, marked with the
 // time), any other is released (Release). A parked handle stays as it
-// is. It returns the addresses freed or parked and whether they were
-// parked.
+// is, and one whose records another attachment of its identity took
+// meanwhile keeps only what is left. It returns the addresses freed or
+// parked and whether they were parked.
 func (a *Allocator) ReleaseOrPark(ctx context.Context, node, id string) ([]netip.Addr, bool, error) {
 	freed, err := a.releaseKeeping(ctx, node, id, true)
 	if !errors.Is(err, errSticky) {
 		return freed, false, err
 	}
-	own, err := a.readNode(ctx, node)
-	if err != nil {
-		return nil, false, err
+	for range stickyAttempts {
+		own, err := a.readNode(ctx, node)
+		if err != nil {
+			return nil, false, err
+		}
+		h, parts, found, err := a.handleParts(ctx, own, id)
+		if err != nil || !found {
+			return nil, false, err
+		}
+		// A record changed meanwhile (parked by the controller, taken by
+		// the identity's next attachment): look again; what is left of
+		// the handle is parked, or nothing is.
+		err = a.ParkObserved(ctx, Observed{Handle: h, Parts: parts}, a.Now().UTC())
+		if !errors.Is(err, ErrHandleChanged) {
+			return addrs(h.IPs), true, err
+		}
 	}
-	h, parts, found, err := a.handleParts(ctx, own, id)
-	if err != nil || !found {
-		return nil, false, err
-	}
-	at := a.Now().UTC()
-	err = a.ParkObserved(ctx, Observed{Handle: h, Parts: parts}, at)
-	return addrs(h.IPs), true, err
+	return nil, false, fmt.Errorf("%w: parking sticky handle %s", ErrContended, id)
 }
 
 // ParkObserved parks every record of the observed sticky handle o that

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -143,4 +144,45 @@ func TestStickySplitResumes(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestStickyDelRacesPark: a DEL whose park meets the record parked by
+// the controller meanwhile (its write conflicts, the record is no longer
+// as it observed it) looks again and succeeds: the handle is parked.
+func TestStickyDelRacesPark(t *testing.T) {
+	storeBackends(t, func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		cs := &counted{Store: s}
+		a := newAllocator(t, cs, v4Pool)
+		h, err := a.AllocateSticky(ctx, stickyRequest("node-a", "c1", v4Pool.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrl := allocator.New(s, nil)
+		raced := false
+		cs.failWrite = func(kind string, n store.Node) error {
+			if raced || kind != "update" {
+				return nil
+			}
+			raced = true
+			hs, err := ctrl.StickyHolders(ctx, h.Sticky, "net", "eth0")
+			if err != nil || len(hs) != 1 {
+				t.Errorf("controller's look: %+v %v", hs, err)
+				return nil
+			}
+			if err := ctrl.ParkObserved(ctx, hs[0], hs[0].Handle.Created.Add(time.Hour)); err != nil {
+				t.Errorf("controller's park: %v", err)
+			}
+			return nil
+		}
+		got, parked, err := a.ReleaseOrPark(ctx, "node-a", h.ID)
+		if err != nil || !parked || !raced {
+			t.Fatalf("DEL racing the controller's park: %v parked=%v raced=%v %v", got, parked, raced, err)
+		}
+		back, found, err := a.Handle(ctx, "node-a", h.ID)
+		if err != nil || !found || !back.IsParked() {
+			t.Fatalf("after: %+v %v %v", back, found, err)
+		}
+		checkClean(t, s)
+	})
 }
