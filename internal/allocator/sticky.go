@@ -33,23 +33,33 @@ import (
 // another live attachment (CNI 102): nothing was allocated.
 var ErrStickyHeld = errors.New("sticky identity held by another live attachment")
 
-// ErrStickySplit means the parked addresses of the identity are spread
-// over several node objects and cannot move in the writes a re-home
-// makes: nothing was allocated.
-var ErrStickySplit = errors.New("sticky addresses held in several node objects")
-
 // stickyAttempts bounds the rounds of AllocateSticky that lose a race
 // for the identity and look again.
 const stickyAttempts = 8
 
 // StickyHolders lists the handles holding identity id for the
-// attachment of network and ifname, live or parked, from one list of
-// every node object (sorted by creation, then ID).
+// attachment of network and ifname, live or parked (sorted by creation,
+// then ID), from the node objects the store's index of the identity
+// names (store.NodeSelector.Sticky: written with every record, so it
+// misses none written since it exists); when those hold none, from one
+// list of every node object, which finds records written before.
 func (a *Allocator) StickyHolders(ctx context.Context, id, network, ifname string) ([]Observed, error) {
-	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{})
+	nodes, err := a.store.ListNodes(ctx, store.NodeSelector{Sticky: id})
 	if err != nil {
 		return nil, storeErr(err)
 	}
+	if out := stickyHoldersIn(nodes, id, network, ifname); len(out) > 0 {
+		return out, nil
+	}
+	if nodes, err = a.store.ListNodes(ctx, store.NodeSelector{}); err != nil {
+		return nil, storeErr(err)
+	}
+	return stickyHoldersIn(nodes, id, network, ifname), nil
+}
+
+// stickyHoldersIn gathers the holders of identity id for network and
+// ifname from the records of nodes.
+func stickyHoldersIn(nodes []store.Node, id, network, ifname string) []Observed {
 	byID := map[string]*Observed{}
 	var ids []string
 	for _, n := range nodes {
@@ -81,7 +91,7 @@ func (a *Allocator) StickyHolders(ctx context.Context, id, network, ifname strin
 		}
 		return strings.Compare(x.Handle.ID, y.Handle.ID)
 	})
-	return out, nil
+	return out
 }
 
 // heldErr names the live holder of an identity.
@@ -114,29 +124,26 @@ func (a *Allocator) AllocateSticky(ctx context.Context, req Request) (ipam.Handl
 			return ipam.Handle{}, err
 		}
 		var parked []Observed
-		mine := false
+		var mine *Observed
 		for _, o := range holders {
 			switch {
 			case o.Handle.ID == req.Handle.ID:
-				mine = true
+				mine = &o
 			case !o.Handle.IsParked() && (req.Handle.PodUID == "" || o.Handle.PodUID != req.Handle.PodUID):
 				return ipam.Handle{}, heldErr(o.Handle)
 			default:
 				parked = append(parked, o)
 			}
 		}
-		if mine {
-			return a.Allocate(ctx, req) // a repeated ADD: as stored
-		}
-		if len(parked) > 0 {
-			// The newest reservation (or an earlier sandbox of the same
-			// pod, whose runtime starts one sandbox at a time): older
-			// ones, if a crash left any, are the controller's to free.
-			h, err := a.rehome(ctx, req, parked[len(parked)-1])
+		if srcs := rehomeSources(mine, parked, len(req.Sets)); srcs != nil {
+			h, err := a.rehome(ctx, req, srcs)
 			if errors.Is(err, ErrHandleChanged) || errors.Is(err, store.ErrConflict) {
 				continue
 			}
 			return h, err
+		}
+		if mine != nil {
+			return a.Allocate(ctx, req) // a repeated ADD: as stored
 		}
 		h, err := a.Allocate(ctx, req)
 		if err != nil {
@@ -173,134 +180,219 @@ func (a *Allocator) lostStickyRace(ctx context.Context, h ipam.Handle) (bool, er
 	return false, nil
 }
 
-// rehome gives req's handle the addresses of the parked handle old: one
-// guarded write when old's record is in the requesting node's object;
-// else the requesting node's loan, then the lender's record renamed to
-// the new handle and node. A loan the old node kept for the record is
-// dropped last. Old's addresses must satisfy the request (matchSets).
-func (a *Allocator) rehome(ctx context.Context, req Request, old Observed) (ipam.Handle, error) {
-	if len(old.Parts) != 1 {
-		objs := make([]string, len(old.Parts))
-		for i, p := range old.Parts {
-			objs[i] = p.Object
+// rehomeSources returns the handles whose addresses the request of sets
+// range sets takes, nil when it takes none: the newest reservation (or an
+// earlier sandbox of the same pod, whose runtime starts one sandbox at a
+// time), and older ones while together they hold fewer addresses than
+// the request has sets — the halves of a dual-stack reservation that a
+// re-home which stopped between its writes left under two handles; mine,
+// the request's own handle, first when it holds fewer addresses than
+// sets (such a re-home of it, resumed). Older full reservations, if a
+// crash left any, are the controller's to free.
+func rehomeSources(mine *Observed, parked []Observed, sets int) []Observed {
+	var srcs []Observed
+	n := 0
+	if mine != nil {
+		if len(mine.Handle.IPs) >= sets || len(parked) == 0 {
+			return nil
 		}
-		return ipam.Handle{}, fmt.Errorf("%w: %s in %s (release it with 'ipkeeperctl ip release' to give the identity new addresses)", ErrStickySplit, old.Handle.Sticky, strings.Join(objs, ", "))
+		srcs, n = append(srcs, *mine), len(mine.Handle.IPs)
 	}
-	part := old.Parts[0]
-	pools, err := a.requestPools(ctx, req)
-	if err != nil {
-		return ipam.Handle{}, err
+	for i := len(parked) - 1; i >= 0 && (len(srcs) == 0 || n < sets); i-- {
+		srcs, n = append(srcs, parked[i]), n+len(parked[i].Handle.IPs)
 	}
-	ips, err := matchSets(req, part.Record, pools)
-	if err != nil {
-		return ipam.Handle{}, fmt.Errorf("sticky %s: %w", old.Handle.Sticky, err)
-	}
+	return srcs
+}
+
+// rehome gives req's handle the addresses of the handles srcs (parked,
+// or req's own handle partly re-homed): the requesting node's object
+// first names every other object holding one of their records as a
+// lender (one write), then each record is renamed to the new handle and
+// node in the object holding it, guarded by the record as observed —
+// the lenders' first, the node's own last. The old node's loans of the
+// records that moved are dropped last. The addresses must satisfy the
+// request (matchSets). A re-home that fails before its first rename
+// drops the loans it added; one that fails after leaves the new handle
+// with the records renamed so far, which the ADD's retry completes (or
+// its DEL parks, and the next ADD gathers both halves).
+func (a *Allocator) rehome(ctx context.Context, req Request, srcs []Observed) (ipam.Handle, error) {
 	node := req.Handle.Node
 	h := req.Handle
 	h.Created = a.Now().UTC()
 	h.Parked = time.Time{}
-	rename := func(n store.Node) (store.Node, error) {
-		next, err := nodealloc.Rename(n, part.Record, h)
-		switch {
-		case errors.Is(err, nodealloc.ErrChanged), errors.Is(err, nodealloc.ErrNotHeld):
-			return n, fmt.Errorf("%w: %w", ErrHandleChanged, err)
-		case err != nil:
-			return n, err
-		}
-		i := slices.IndexFunc(next.Handles, func(r ipam.Handle) bool { return r.ID == h.ID })
-		next.Handles[i].IPs = ips
-		return next, nil
+	var parts []ObservedPart
+	all := srcs[len(srcs)-1].Handle // the newest reservation names the refusal
+	all.IPs = nil
+	for _, o := range srcs {
+		all.IPs = append(all.IPs, o.Handle.IPs...)
+		parts = append(parts, o.Parts...)
 	}
-	unlock := a.lockNode(node)
-	if part.Object == node {
-		err = a.retry(ctx, "re-home "+old.Handle.ID, func() error {
-			own, err := a.readNode(ctx, node)
-			if err != nil {
-				return err
-			}
-			next, err := rename(own)
-			if err != nil {
-				return err
-			}
-			_, err = a.writeNode(ctx, next)
-			return err
-		})
-		unlock()
-	} else {
+	pools, err := a.requestPools(ctx, req)
+	if err != nil {
+		return ipam.Handle{}, err
+	}
+	ips, err := matchSets(req, all, pools)
+	if err != nil {
+		return ipam.Handle{}, fmt.Errorf("sticky %s: %w", h.Sticky, err)
+	}
+	// The node's own object last: a record there needs no loan.
+	slices.SortStableFunc(parts, func(x, y ObservedPart) int {
+		return boolOrder(x.Object == node) - boolOrder(y.Object == node)
+	})
+	var lenders []string
+	for _, p := range parts {
+		if p.Object != node && !slices.Contains(lenders, p.Object) {
+			lenders = append(lenders, p.Object)
+		}
+	}
+	if len(lenders) > 0 {
+		unlock := a.lockNode(node)
 		err = a.retry(ctx, "loan for "+h.ID, func() error {
 			own, err := a.readNode(ctx, node)
 			if err != nil {
 				return err
 			}
-			if slices.Contains(own.LendersOf(h.ID), part.Object) {
+			have := own.LendersOf(h.ID)
+			var add []store.Loan
+			for _, l := range lenders {
+				if !slices.Contains(have, l) {
+					add = append(add, store.Loan{Handle: h.ID, Lender: l})
+				}
+			}
+			if len(add) == 0 {
 				return nil
 			}
 			own = nodealloc.Clone(own)
-			own.Loans = append(own.Loans, store.Loan{Handle: h.ID, Lender: part.Object})
+			own.Loans = append(own.Loans, add...)
 			_, err = a.writeNode(ctx, own)
 			return err
 		})
 		unlock()
-		if err == nil {
-			err = a.retry(ctx, "re-home "+old.Handle.ID, func() error {
-				ln, err := a.readNode(ctx, part.Object)
-				if err != nil {
-					return err
-				}
-				next, err := rename(ln)
-				if err != nil {
-					return err
-				}
-				if err := a.verifyLent(ctx, part.Object, store.BlockRef{Pool: ips[0].Pool, CIDR: ips[0].Block}); err != nil {
-					return err
-				}
-				_, err = a.writeNode(ctx, next)
-				return err
-			})
-			if err != nil {
-				// Drop the loan again; the record was not renamed.
-				if _, uerr := a.Release(ctx, node, h.ID); uerr != nil {
-					err = errors.Join(err, fmt.Errorf("undoing the loan: %w", uerr))
-				}
-			}
+		if err != nil {
+			return ipam.Handle{}, err
 		}
 	}
+	renamed := 0
+	for _, p := range parts {
+		if p.Record.ID == h.ID {
+			continue // re-homed by an earlier attempt
+		}
+		if err = a.renamePart(ctx, p, h, ips); err != nil {
+			break
+		}
+		renamed++
+	}
 	if err != nil {
+		if renamed == 0 && !slices.ContainsFunc(parts, func(p ObservedPart) bool { return p.Record.ID == h.ID }) {
+			// Drop the loans again; no record was renamed.
+			if _, uerr := a.Release(ctx, node, h.ID); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("undoing the loan: %w", uerr))
+			}
+		}
 		return ipam.Handle{}, err
 	}
-	if oldNode := part.Record.Node; oldNode != part.Object {
-		// The old node's loan named the record that moved.
-		if err := a.dropLoanOf(ctx, oldNode, old.Handle.ID, part.Object); err != nil {
-			a.log.Warn("sticky address moved; dropping the old node's loan failed ('ipkeeperctl check --repair' drops it)",
-				"handle", old.Handle.ID, "node", oldNode, "error", err)
+	for _, o := range srcs {
+		if o.Handle.ID != h.ID && slices.ContainsFunc(o.Parts, func(p ObservedPart) bool { return p.Object != p.Record.Node }) {
+			a.dropOldLoans(ctx, o.Handle)
 		}
 	}
 	h.IPs = ips
-	a.log.Info("sticky addresses re-homed", "identity", h.Sticky, "from", old.Handle.ID, "node", old.Handle.Node, "to", h.ID, "on", node)
+	from := make([]string, len(srcs))
+	for i, o := range srcs {
+		from[i] = o.Handle.ID
+	}
+	a.log.Info("sticky addresses re-homed", "identity", h.Sticky, "from", strings.Join(from, ","), "node", all.Node, "to", h.ID, "on", node)
 	return h, nil
+}
+
+// dropOldLoans drops the loans of old, a handle whose records moved to
+// another, that name lenders without a record of it: those of the
+// records that moved and any a stopped re-home added. Failing, it logs:
+// 'ipkeeperctl check --repair' drops them too.
+func (a *Allocator) dropOldLoans(ctx context.Context, old ipam.Handle) {
+	own, err := a.readNode(ctx, old.Node)
+	if err == nil {
+		for _, l := range own.LendersOf(old.ID) {
+			if err = a.dropLoanOf(ctx, old.Node, old.ID, l); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		a.log.Warn("sticky address moved; dropping the old node's loan failed ('ipkeeperctl check --repair' drops it)",
+			"handle", old.ID, "node", old.Node, "error", err)
+	}
+}
+
+// renamePart renames the record of part p to handle h, guarded by the
+// record as observed, its addresses ordered as ips (the request's); in
+// another node's object it checks that the object's node still claims
+// the blocks of the addresses.
+func (a *Allocator) renamePart(ctx context.Context, p ObservedPart, h ipam.Handle, ips []ipam.HandleIP) error {
+	var mine []ipam.HandleIP
+	for _, ip := range ips {
+		if slices.ContainsFunc(p.Record.IPs, func(r ipam.HandleIP) bool { return r.Addr == ip.Addr }) {
+			mine = append(mine, ip)
+		}
+	}
+	if p.Object == h.Node {
+		defer a.lockNode(h.Node)()
+	}
+	return a.retry(ctx, "re-home "+p.Record.ID, func() error {
+		n, err := a.readNode(ctx, p.Object)
+		if err != nil {
+			return err
+		}
+		next, err := nodealloc.Rename(n, p.Record, h)
+		switch {
+		case errors.Is(err, nodealloc.ErrChanged), errors.Is(err, nodealloc.ErrNotHeld):
+			return fmt.Errorf("%w: %w", ErrHandleChanged, err)
+		case err != nil:
+			return err
+		}
+		i := slices.IndexFunc(next.Handles, func(r ipam.Handle) bool { return r.ID == h.ID })
+		next.Handles[i].IPs = mine
+		if p.Object != h.Node {
+			for _, ip := range mine {
+				if err := a.verifyLent(ctx, p.Object, store.BlockRef{Pool: ip.Pool, CIDR: ip.Block}); err != nil {
+					return err
+				}
+			}
+		}
+		_, err = a.writeNode(ctx, next)
+		return err
+	})
 }
 
 // ReleaseOrPark is the DEL of an attachment: a handle with a sticky
 // identity is parked (every record keeps its addresses, marked with the
 // time), any other is released (Release). A parked handle stays as it
-// is. It returns the addresses freed or parked and whether they were
-// parked.
+// is, and one whose records another attachment of its identity took
+// meanwhile keeps only what is left. It returns the addresses freed or
+// parked and whether they were parked.
 func (a *Allocator) ReleaseOrPark(ctx context.Context, node, id string) ([]netip.Addr, bool, error) {
 	freed, err := a.releaseKeeping(ctx, node, id, true)
 	if !errors.Is(err, errSticky) {
 		return freed, false, err
 	}
-	own, err := a.readNode(ctx, node)
-	if err != nil {
-		return nil, false, err
+	for range stickyAttempts {
+		own, err := a.readNode(ctx, node)
+		if err != nil {
+			return nil, false, err
+		}
+		h, parts, found, err := a.handleParts(ctx, own, id)
+		if err != nil || !found {
+			return nil, false, err
+		}
+		// A record changed meanwhile (parked by the controller, taken by
+		// the identity's next attachment): look again; what is left of
+		// the handle is parked, or nothing is.
+		err = a.ParkObserved(ctx, Observed{Handle: h, Parts: parts}, a.Now().UTC())
+		if !errors.Is(err, ErrHandleChanged) {
+			return addrs(h.IPs), true, err
+		}
 	}
-	h, parts, found, err := a.handleParts(ctx, own, id)
-	if err != nil || !found {
-		return nil, false, err
-	}
-	at := a.Now().UTC()
-	err = a.ParkObserved(ctx, Observed{Handle: h, Parts: parts}, at)
-	return addrs(h.IPs), true, err
+	return nil, false, fmt.Errorf("%w: parking sticky handle %s", ErrContended, id)
 }
 
 // ParkObserved parks every record of the observed sticky handle o that

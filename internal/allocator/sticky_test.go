@@ -22,8 +22,8 @@ var stickyFamilies = []struct {
 
 // stickyRequest is podRequest with the sticky identity of StatefulSet pod
 // db/pg-0.
-func stickyRequest(node, container, pool string) allocator.Request {
-	r := podRequest(node, container, pool)
+func stickyRequest(node, container string, pools ...string) allocator.Request {
+	r := podRequest(node, container, pools...)
 	r.Handle.Namespace, r.Handle.Pod = "db", "pg-0"
 	r.Handle.Sticky = ipam.StickyID{Kind: ipam.StickyPod, Namespace: "db", Name: "pg-0"}.String()
 	return r

@@ -27,6 +27,7 @@ type poolView struct {
 	NodeSelector   string   `json:"nodeSelector,omitempty"`
 	Disabled       bool     `json:"disabled"`
 	StrictAffinity bool     `json:"strictAffinity"`
+	Sticky         bool     `json:"sticky"`
 	// Deleting is set while (or after an interrupted) pool rm.
 	Deleting bool   `json:"deleting,omitempty"`
 	Origin   string `json:"origin,omitempty"`
@@ -34,7 +35,7 @@ type poolView struct {
 
 func newPoolView(p ipam.Pool) poolView {
 	v := poolView{Name: p.Name, CIDR: p.CIDR.String(), BlockSize: p.BlockSize, NodeSelector: p.NodeSelector,
-		Disabled: p.Disabled, StrictAffinity: p.StrictAffinity, Deleting: p.Deleting, Origin: p.Origin}
+		Disabled: p.Disabled, StrictAffinity: p.StrictAffinity, Sticky: p.Sticky, Deleting: p.Deleting, Origin: p.Origin}
 	if p.RangeStart.IsValid() {
 		v.RangeStart = p.RangeStart.String()
 	}
@@ -68,6 +69,9 @@ func (l poolList) table(w io.Writer) {
 		if p.StrictAffinity {
 			flags = append(flags, "strict-affinity")
 		}
+		if p.Sticky {
+			flags = append(flags, "sticky")
+		}
 		if p.Deleting {
 			flags = append(flags, "deleting")
 		}
@@ -84,7 +88,7 @@ func (r poolRemoved) table(w io.Writer) { fmt.Fprintf(w, "pool %s removed\n", r.
 
 func (c *cli) poolCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "pool", Short: "Add, list and remove pools"}
-	cmd.AddCommand(c.poolAddCmd(), c.poolListCmd(), c.poolRmCmd())
+	cmd.AddCommand(c.poolAddCmd(), c.poolListCmd(), c.poolSetCmd(), c.poolRmCmd())
 	return cmd
 }
 
@@ -93,7 +97,7 @@ func (c *cli) poolAddCmd() *cobra.Command {
 		cidr, selector, rangeStart, rangeEnd, gateway string
 		blockSize                                     int
 		exclude                                       []string
-		disabled, strict, allowOverlap                bool
+		disabled, strict, sticky, allowOverlap        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "add NAME --cidr CIDR",
@@ -104,7 +108,7 @@ func (c *cli) poolAddCmd() *cobra.Command {
 				return fmt.Errorf("pool add NAME: %w", err)
 			}
 			p := ipam.Pool{Name: args[0], BlockSize: blockSize, NodeSelector: selector, Disabled: disabled,
-				StrictAffinity: strict, Origin: "cli"}
+				StrictAffinity: strict, Sticky: sticky, Origin: "cli"}
 			var err error
 			if p.CIDR, err = netip.ParsePrefix(cidr); err != nil {
 				return fmt.Errorf("--cidr %q: %w", cidr, err)
@@ -170,6 +174,7 @@ func (c *cli) poolAddCmd() *cobra.Command {
 	f.StringVar(&selector, "node-selector", "", "Kubernetes label selector of the nodes that may use the pool")
 	f.BoolVar(&disabled, "disabled", false, "create the pool disabled: it hands out nothing new")
 	f.BoolVar(&strict, "strict-affinity", false, "never borrow addresses from other nodes' blocks")
+	f.BoolVar(&sticky, "sticky", false, "keep the addresses of StatefulSet pods and KubeVirt VMs for their identity when their pod goes away")
 	f.StringVar(&rangeStart, "range-start", "", "first address to hand out")
 	f.StringVar(&rangeEnd, "range-end", "", "last address to hand out")
 	f.StringVar(&gateway, "gateway", "", "gateway returned with every address, never handed out")
@@ -198,6 +203,35 @@ func (c *cli) poolListCmd() *cobra.Command {
 			})
 		},
 	}
+}
+
+func (c *cli) poolSetCmd() *cobra.Command {
+	var sticky bool
+	cmd := &cobra.Command{
+		Use:   "set NAME --sticky=true|false",
+		Short: "Change a pool's flags",
+		Long: `Change a flag of an existing pool, also one a network config defined
+(a config never resets it). --sticky: the addresses of StatefulSet pods
+and KubeVirt virtual machines drawn from the pool stay reserved for their
+identity when their pod goes away (a pod's or namespace's
+ipkeeper.io/sticky annotation still decides first); it applies to pods
+whose ADD comes after it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("sticky") {
+				return fmt.Errorf("pool set %s: name a flag to change (--sticky=true|false)", args[0])
+			}
+			return c.withStore(cmd.Context(), func(a *allocator.Allocator) error {
+				p, err := a.SetPoolSticky(cmd.Context(), args[0], sticky)
+				if err != nil {
+					return err
+				}
+				return c.print(poolList{Pools: []poolView{newPoolView(p)}})
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&sticky, "sticky", false, "keep the addresses of StatefulSet pods and KubeVirt VMs for their identity when their pod goes away")
+	return cmd
 }
 
 func (c *cli) poolRmCmd() *cobra.Command {

@@ -57,6 +57,11 @@ type Pool struct {
 	Deleting bool `json:"deleting,omitempty"`
 	// StrictAffinity forbids borrowing addresses from other nodes' blocks.
 	StrictAffinity bool `json:"strictAffinity,omitempty"`
+	// Sticky keeps the addresses of every StatefulSet pod and KubeVirt
+	// virtual machine that draws from the pool for its identity when its
+	// pod goes away (as ipam.sticky does for a network); a pod's or its
+	// namespace's ipkeeper.io/sticky annotation still decides first.
+	Sticky bool `json:"sticky,omitempty"`
 	// Origin says who defined the pool: "config", "cli" or "import".
 	Origin string `json:"origin,omitempty"`
 	// Reserved lists the pool's reservations (store.Reservation), masked:
@@ -123,7 +128,9 @@ func (p Pool) Validate() error {
 }
 
 // SameDefinition reports whether q defines the same address space as p
-// (ignoring name, selector, flags and origin).
+// (ignoring name, selector, flags — Disabled, Deleting, StrictAffinity,
+// Sticky — and origin): a network config that defines a pool leaves the
+// flags an admin set on it alone.
 func (p Pool) SameDefinition(q Pool) bool {
 	return p.CIDR == q.CIDR && p.BlockSize == q.BlockSize && p.RangeStart == q.RangeStart &&
 		p.RangeEnd == q.RangeEnd && p.Gateway == q.Gateway && slices.Equal(p.Exclude, q.Exclude)

@@ -382,7 +382,7 @@ func TestPoolHasRoom(t *testing.T) {
 func TestPoolSameDefinition(t *testing.T) {
 	base := ipam.Pool{Name: "a", CIDR: prefix("10.0.0.0/24"), BlockSize: 26, Gateway: addr("10.0.0.1"), Exclude: pfxs("10.0.0.8/29")}
 	other := base
-	other.Name, other.NodeSelector, other.Disabled, other.StrictAffinity, other.Origin = "b", "zone=a", true, true, "cli"
+	other.Name, other.NodeSelector, other.Disabled, other.StrictAffinity, other.Sticky, other.Origin = "b", "zone=a", true, true, true, "cli"
 	other.Exclude = pfxs("10.0.0.8/29") // equal content, different slice
 	if !base.SameDefinition(other) {
 		t.Errorf("pools differing only in name, selector, flags and origin are not the same definition")

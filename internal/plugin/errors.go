@@ -73,7 +73,7 @@ func cniError(err error) *types.Error {
 		return types.NewError(CodePoolExhausted, err.Error(), "")
 	case errors.Is(err, allocator.ErrNoPool):
 		return types.NewError(CodeNoPool, err.Error(), "")
-	case errors.Is(err, allocator.ErrAddrUnavailable), errors.Is(err, allocator.ErrStickyHeld), errors.Is(err, allocator.ErrStickySplit):
+	case errors.Is(err, allocator.ErrAddrUnavailable), errors.Is(err, allocator.ErrStickyHeld):
 		return types.NewError(CodeAddrUnavailable, err.Error(), "")
 	case errors.Is(err, allocator.ErrCorrupt), errors.Is(err, store.ErrCorrupt), errors.Is(err, allocator.ErrBlockNotClaimed):
 		// Stored state that must not be used (a value that fails

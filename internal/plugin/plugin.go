@@ -253,7 +253,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		for _, set := range sets {
 			req.Sets = append(req.Sets, set.Names())
 		}
-		sticky, isSticky, err := pa.info.StickyIdentity(s.conf.Sticky)
+		sticky, isSticky, err := s.stickyIdentity(ctx, pa, req)
 		if err != nil {
 			return err
 		}

@@ -110,6 +110,24 @@ type NodeSelector struct {
 	// LendsTo lists the objects holding a record of a handle of this node
 	// (the lenders of its borrowed addresses).
 	LendsTo string
+	// Sticky lists the objects holding a record of a handle with this
+	// sticky identity (ipam.Handle.Sticky), live or parked, found by an
+	// index every write of such a record keeps in step with it; at most
+	// one of LendsTo and Sticky is set.
+	Sticky string
+}
+
+// StickyIDs returns the sticky identities of the records in n, sorted,
+// each once.
+func (n Node) StickyIDs() []string {
+	var out []string
+	for _, h := range n.Handles {
+		if h.Sticky != "" && !slices.Contains(out, h.Sticky) {
+			out = append(out, h.Sticky)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // LendsTo returns the borrowers with records in n, sorted, each once.

@@ -15,7 +15,8 @@ const writeReserve = 16 << 10
 // WriteSize returns what one write of n puts or deletes against the state
 // n was read with (Changes): the parts, as Limits.MaxWriteParts counts
 // them (the head, each block and record changed or gone, an index entry
-// for each other node a changed record belongs to), and an estimate of
+// for each other node a changed record belongs to and for each sticky
+// identity of a changed record), and an estimate of
 // their bytes (names and encodings) that is not below what a backend
 // sends. It returns Changes' error when the write is invalid.
 func WriteSize(n Node) (parts, bytes int, err error) {
@@ -43,7 +44,7 @@ func WriteSize(n Node) (parts, bytes int, err error) {
 		parts++
 		bytes += partKeyBytes + name + len(id)
 	}
-	borrowers := map[string]bool{}
+	borrowers, sticky := map[string]bool{}, map[string]bool{}
 	for _, id := range c.Records {
 		h, _ := n.Handle(id)
 		spec := EncodeHandle(h, n.Name)
@@ -53,6 +54,11 @@ func WriteSize(n Node) (parts, bytes int, err error) {
 			borrowers[h.Node] = true
 			parts++
 			bytes += partKeyBytes + name + len(h.Node)
+		}
+		if h.Sticky != "" && !sticky[h.Sticky] {
+			sticky[h.Sticky] = true
+			parts++
+			bytes += partKeyBytes + name + len(h.Sticky)
 		}
 	}
 	return parts, bytes, nil

@@ -166,6 +166,9 @@ func (s *Store) blockContent(n store.Node, ref store.BlockRef, frags []ipam.Hand
 		if frags[i].Node != n.Name {
 			labels[LendsPrefix+labelValue(frags[i].Node)] = ""
 		}
+		if frags[i].Sticky != "" {
+			labels[StickyPrefix+labelValue(frags[i].Sticky)] = ""
+		}
 	}
 	spec, err := json.Marshal(blockWire{Pool: ref.Pool, CIDR: ref.CIDR, Node: n.Name, State: st})
 	if err != nil {
@@ -183,7 +186,8 @@ func (s *Store) blockContent(n store.Node, ref store.BlockRef, frags []ipam.Hand
 // the records of the handles in ids (those new, changed or dropped)
 // added or replaced, or removed where they hold no address of the block;
 // the free queue and the summary replaced; the labels replaced when a
-// record that may name a borrower is added or removed. The state as
+// record that may name a borrower or a sticky identity is added or
+// removed, or the block holds a sticky record. The state as
 // stored is not needed: a removal adds the key first (a JSON Patch
 // removes only a member that exists), so it holds whether or not the
 // block held a record of that handle.
@@ -205,8 +209,13 @@ func (c *blockContent) patchOps(ids []string, partition string) []patchOp {
 		ops = append(ops, patchOp{Op: "add", Path: records + pointerEscape.Replace(key), Value: c.state.Records[key]})
 	}
 	for i := range c.frags {
-		if c.frags[i].Node != c.node && slices.Contains(ids, c.frags[i].ID) {
+		if (c.frags[i].Node != c.node || c.frags[i].Sticky != "") && slices.Contains(ids, c.frags[i].ID) {
 			labels = true
+		}
+	}
+	for k := range c.labels {
+		if strings.HasPrefix(k, StickyPrefix) {
+			labels = true // a record changed may have dropped its identity
 		}
 	}
 	if labels {

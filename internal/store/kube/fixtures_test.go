@@ -17,7 +17,7 @@ var (
 	pool4 = ipam.Pool{Name: "blue", CIDR: netip.MustParsePrefix("10.0.0.0/16"), BlockSize: 26,
 		Gateway: netip.MustParseAddr("10.0.0.1"), RangeStart: netip.MustParseAddr("10.0.0.2"), RangeEnd: netip.MustParseAddr("10.0.255.254"),
 		Exclude:      []netip.Prefix{netip.MustParsePrefix("10.0.9.0/24"), netip.MustParsePrefix("10.0.10.0/24")},
-		NodeSelector: "zone in (a,b)", StrictAffinity: true, Origin: "config"}
+		NodeSelector: "zone in (a,b)", StrictAffinity: true, Sticky: true, Origin: "config"}
 	pool6 = ipam.Pool{Name: "fd00::-64", CIDR: netip.MustParsePrefix("fd00:22::/64"), BlockSize: 122,
 		Gateway: netip.MustParseAddr("fd00:22::1"), Disabled: true, Deleting: true, Origin: "cli"}
 )

@@ -57,6 +57,9 @@ const (
 	LabelNode      = "ipkeeper.io/node"
 	LabelPool      = "ipkeeper.io/pool"
 	LendsPrefix    = "lends.ipkeeper.io/"
+	// StickyPrefix labels an IPAMBlock with each sticky identity its
+	// records hold (the label's name is the identity, hashed).
+	StickyPrefix = "sticky.ipkeeper.io/"
 )
 
 // MaxObjectBytes is Limits().MaxObjectBytes: the largest spec the backend

@@ -143,8 +143,12 @@ func (s *Store) readNode(ctx context.Context, name string) (store.Node, *object,
 // ListNodes LISTs the partition's IPAMBlocks and IPAMNodes and assembles
 // every node object; with LendsTo, the IPAMBlocks labelled
 // lends.ipkeeper.io/<borrower> name the lenders, each read (GetNode) and
-// kept when a record is the borrower's.
+// kept when a record is the borrower's; with Sticky, those labelled
+// sticky.ipkeeper.io/<identity> (listSticky).
 func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.Node, error) {
+	if sel.Sticky != "" {
+		return s.listSticky(ctx, sel.Sticky)
+	}
 	if sel.LendsTo != "" {
 		return s.listLenders(ctx, sel.LendsTo)
 	}

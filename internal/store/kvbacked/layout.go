@@ -89,7 +89,8 @@ func IsMovedNode(e kv.KeyValue) bool {
 }
 
 // ObjectKeys returns the keys and values that hold nodes and claims: each
-// node object's parts with the lends entries of its borrowers, each claim
+// node object's parts with the lends entries of its borrowers and the
+// index entries of its records' sticky identities, each claim
 // with its index key. Package migrate writes a converted store's objects
 // with it.
 func ObjectKeys(nodes []store.Node, claims []store.Claim) (map[string][]byte, error) {
@@ -112,9 +113,10 @@ func ObjectKeys(nodes []store.Node, claims []store.Claim) (map[string][]byte, er
 }
 
 // IsObjectKey reports whether key is one ObjectKeys returns the like of: a
-// node object's, a claim's, a claim index's or a lends entry's.
+// node object's, a claim's, a claim index's, a lends entry's or a sticky
+// index entry's.
 func IsObjectKey(key string) bool {
-	for _, p := range []string{claimPrefix, nodeClaimPrefix, nodePrefix, lendsPrefix} {
+	for _, p := range []string{claimPrefix, nodeClaimPrefix, nodePrefix, lendsPrefix, stickyPrefix} {
 		if strings.HasPrefix(key, p) {
 			return true
 		}

@@ -102,7 +102,7 @@ func (s *Store) nodeWrite(ctx context.Context, n store.Node, create bool) ([]kv.
 	for _, id := range c.Dropped {
 		ops = append(ops, kv.Op{Key: recordKey(n.Name, id), Delete: true})
 	}
-	borrowers := map[string]bool{}
+	borrowers, sticky := map[string]bool{}, map[string]bool{}
 	for _, id := range c.Records {
 		h, _ := n.Handle(id)
 		spec := store.EncodeHandle(h, n.Name)
@@ -110,6 +110,12 @@ func (s *Store) nodeWrite(ctx context.Context, n store.Node, create bool) ([]kv.
 		if h.Node != n.Name && !borrowers[h.Node] {
 			borrowers[h.Node] = true
 			ops = append(ops, kv.Op{Key: lendsKey(h.Node, n.Name), Value: []byte{}})
+		}
+		if h.Sticky != "" && !sticky[h.Sticky] {
+			// In the record's transaction: the index never misses a
+			// record written since it exists.
+			sticky[h.Sticky] = true
+			ops = append(ops, kv.Op{Key: stickyKey(h.Sticky, n.Name), Value: []byte{}})
 		}
 	}
 	return conds, ops, nil
@@ -166,7 +172,8 @@ func (s *Store) written(n store.Node, rev int64) store.Node {
 
 // DeleteNode implements store.Store: every part of the node, at its
 // head's version. It deletes the lends keys of the borrowers n's records
-// name; others left behind are removed by ListNodes{LendsTo}.
+// name and the sticky index entries of their identities; others left
+// behind are removed by ListNodes{LendsTo} and ListNodes{Sticky}.
 func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 	if err := store.ValidName("node", n.Name); err != nil {
 		return err
@@ -190,6 +197,9 @@ func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 			ops = append(ops, kv.Op{Key: lendsKey(b, n.Name), Delete: true})
 		}
 	}
+	for _, id := range n.StickyIDs() {
+		ops = append(ops, kv.Op{Key: stickyKey(id, n.Name), Delete: true})
+	}
 	if _, err := s.txn(ctx, what, []kv.Cond{{Key: key, Version: v}}, ops); err != nil {
 		s.observe(n.Name, nil, "", !failedCond(err))
 		return s.casErr(ctx, what, key, err)
@@ -202,6 +212,9 @@ func (s *Store) DeleteNode(ctx context.Context, n store.Node) error {
 // every node's parts), or the lenders of sel.LendsTo found by its lends
 // keys and checked by their content.
 func (s *Store) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store.Node, error) {
+	if sel.Sticky != "" {
+		return s.listSticky(ctx, sel.Sticky)
+	}
 	if sel.LendsTo == "" {
 		es, err := s.list(ctx, "list node objects", nodePrefix)
 		if err != nil {

@@ -24,7 +24,11 @@ const (
 	nodeClaimPrefix = "nodeclaims/"
 	nodePrefix      = "nodes/"
 	lendsPrefix     = "lends/"
-	metaPrefix      = "meta/"
+	// stickyPrefix keys the index of sticky identities:
+	// sticky/<identity>/<node> for each node object holding a record of
+	// the identity.
+	stickyPrefix = "sticky/"
+	metaPrefix   = "meta/"
 	// reservationPrefix keys one value per pool: its reservations.
 	reservationPrefix = "reservations/"
 )
@@ -122,6 +126,10 @@ func nodeClaimKey(node string, r store.BlockRef) string {
 func reservationsKey(pool string) string      { return reservationPrefix + pool }
 func nodeKey(name string) string              { return nodePrefix + name }
 func lendsKey(borrower, lender string) string { return lendsPrefix + borrower + "/" + lender }
+
+// stickyKey is the index entry saying that node object holds a record of
+// sticky identity id ("<kind>/<namespace>/<name>": names without '/').
+func stickyKey(id, node string) string { return stickyPrefix + id + "/" + node }
 
 // version is the Version of kv version v.
 func version(v int64) store.Version { return store.Version(strconv.FormatInt(v, 10)) }

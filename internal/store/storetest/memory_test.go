@@ -350,6 +350,7 @@ func (m *memory) ListNodes(ctx context.Context, sel store.NodeSelector) ([]store
 			return nil, err
 		}
 		keep := sel.LendsTo == "" || slices.Contains(n.LendsTo(), sel.LendsTo)
+		keep = keep && (sel.Sticky == "" || slices.Contains(n.StickyIDs(), sel.Sticky))
 		if m.flaws.lendsToPrefix && sel.LendsTo != "" {
 			keep = slices.ContainsFunc(n.LendsTo(), func(b string) bool { return len(b) >= 4 && b[:4] == sel.LendsTo[:min(4, len(sel.LendsTo))] })
 		}

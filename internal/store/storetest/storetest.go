@@ -63,6 +63,7 @@ func RunWithAdmin(t *testing.T, open, admin func(t *testing.T) store.Store) {
 		{name: "NodeWriteTooLarge", fn: testNodeWriteTooLarge},
 		{name: "NodeConcurrentAllocations", fn: testNodeConcurrentAllocations},
 		{name: "ListNodesLendsTo", fn: testListNodesLendsTo},
+		{name: "ListNodesSticky", fn: testListNodesSticky},
 		{name: "ListNodesAll", fn: testListNodesAll},
 		{name: "Reservations", fn: testReservations, admin: true},
 		{name: "CancelledContext", fn: testCancelledContext},
