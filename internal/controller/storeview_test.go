@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,51 +15,55 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
+	"github.com/ipkeeper/ipkeeper/internal/ipam"
+	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/kv"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/storeview"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 )
 
-// viewRig is a rig on etcd whose controller's view of the store reaches
-// etcd through a proxy the test can cut (its reads and writes go
-// directly: a guard that let a view cut off decide would release), and
-// counts the reads the controller makes of the store (apart from its
-// view's list and watch).
+// cuttable is a proxy between the controller's view and its datastore
+// that the test can refuse and cut (etcdtest.Proxy, kubetest.Proxy).
+type cuttable interface {
+	Refuse(on bool)
+	Cut()
+}
+
+// viewRig is a rig whose controller's view of the store reaches the
+// datastore (etcd, or the API server) through a proxy the test can cut
+// (its reads and writes go directly: a guard that let a view cut off
+// decide would release). On etcd it also counts the reads the controller
+// makes of the store (apart from its view's list and watch).
 type viewRig struct {
 	*rig
-	proxy *etcdtest.Proxy
+	proxy cuttable
 	c     *Controller
 	reads *countingStore
 }
 
-func newViewRig(t *testing.T, grace time.Duration, f family) *viewRig {
+// viewBackends are the datastores whose views follow a watch.
+var viewBackends = []string{config.DatastoreEtcd, config.DatastoreKubernetes}
+
+func newViewRig(t *testing.T, grace time.Duration, f family, ds string) *viewRig {
 	t.Helper()
-	r := newRigOn(t, grace, config.DatastoreEtcd)
+	r := newRigOn(t, grace, ds)
 	ctx := context.Background()
 	r.alloc(func(a *allocator.Allocator) {
 		if _, err := a.EnsurePool(ctx, f.pool); err != nil {
 			t.Fatal(err)
 		}
 	})
-	vr := &viewRig{rig: r, proxy: etcdtest.NewProxy(t, strings.TrimPrefix(r.ds.Endpoints[0], "http://"))}
+	vr := &viewRig{rig: r}
 	cfg := r.c.cfg
-	ds := r.ds
-	ds.Endpoints = []string{"http://" + vr.proxy.Addr()}
-	cfg.Open = func(ctx context.Context) (store.Store, error) {
-		direct, err := datastore.Open(ctx, r.ds, datastore.Options{})
-		if err != nil {
-			return nil, err
-		}
-		proxied, err := datastore.Open(ctx, ds, datastore.Options{})
-		if err != nil {
-			return nil, err
-		}
-		t.Cleanup(func() { _ = proxied.Close() })
-		vr.reads = &countingStore{Store: direct.(*kvbacked.Store), follow: proxied.(*kvbacked.Store), n: map[string]int{}}
-		return vr.reads, nil
+	if ds == config.DatastoreKubernetes {
+		cfg.Open = vr.kubeOpen(t)
+	} else {
+		cfg.Open = vr.etcdOpen(t)
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -75,6 +80,57 @@ func newViewRig(t *testing.T, grace time.Duration, f family) *viewRig {
 	return vr
 }
 
+// etcdOpen opens the rig's etcd store directly, its view through a proxy.
+func (r *viewRig) etcdOpen(t *testing.T) func(context.Context) (store.Store, error) {
+	proxy := etcdtest.NewProxy(t, strings.TrimPrefix(r.ds.Endpoints[0], "http://"))
+	r.proxy = proxy
+	ds := r.ds
+	ds.Endpoints = []string{"http://" + proxy.Addr()}
+	return func(ctx context.Context) (store.Store, error) {
+		direct, err := datastore.Open(ctx, r.ds, datastore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		proxied, err := datastore.Open(ctx, ds, datastore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = proxied.Close() })
+		r.reads = &countingStore{Store: direct.(*kvbacked.Store), follow: proxied.(*kvbacked.Store), n: map[string]int{}}
+		return r.reads, nil
+	}
+}
+
+// kubeOpen opens the rig's Kubernetes store directly, its view (the
+// Watcher) through a proxy, as the controller's ServiceAccount.
+func (r *viewRig) kubeOpen(t *testing.T) func(context.Context) (store.Store, error) {
+	s := kubetest.Require(t, srv)
+	proxy := kubetest.NewProxy(t, s)
+	r.proxy = proxy
+	token := s.ServiceAccountToken(t, "kube-system", "ipkeeper-controller")
+	return func(ctx context.Context) (store.Store, error) {
+		direct, err := datastore.Open(ctx, r.ds, datastore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		proxied, err := kube.NewForConfig(proxy.RESTConfig(token), r.ds.Prefix)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = proxied.Close() })
+		return viewedStore{Store: direct.(*kube.Store), follow: proxied}, nil
+	}
+}
+
+// viewedStore is a kube.Store whose Watcher reaches the API server
+// through the rig's proxy.
+type viewedStore struct {
+	*kube.Store
+	follow *kube.Store
+}
+
+func (s viewedStore) Watcher() *kube.Watcher { return s.follow.Watcher() }
+
 // pass runs one pass of the rig's controller at time at.
 func (r *viewRig) pass(at time.Time) error {
 	r.clock.Set(at)
@@ -82,120 +138,149 @@ func (r *viewRig) pass(at time.Time) error {
 	return err
 }
 
+// view is the controller's store view (nil before its first pass).
+func (r *viewRig) view() *storeview.View {
+	r.c.viewMu.Lock()
+	defer r.c.viewMu.Unlock()
+	return r.c.sview
+}
+
 // waitView waits until the controller's followed view is synced or not.
 func (r *viewRig) waitView(synced bool) {
 	r.t.Helper()
 	r.waitCache(func() bool {
-		r.c.viewMu.Lock()
-		v := r.c.sview
-		r.c.viewMu.Unlock()
+		v := r.view()
 		return v != nil && v.Synced() == synced
 	}, "the store view synced="+map[bool]string{true: "true", false: "false"}[synced])
 }
 
-// TestPassStoreViewNotSynced: while the controller's view of the store
-// has never listed it (etcd unreachable after the open), every pass fails
-// with ErrStoreNotSynced and nothing is released, however much time
-// passes; once the view lists, the leak is released after the grace
-// period. IPv4 and IPv6.
-func TestPassStoreViewNotSynced(t *testing.T) {
-	for _, f := range passFamilies {
-		t.Run(f.name, func(t *testing.T) {
-			const grace = time.Minute
-			r := newViewRig(t, grace, f)
-			node := r.node("a")
-			r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
-			r.attach(f.pool, "live", "live", r.pod("live", node, corev1.PodRunning), node, t0)
-			open := r.c.cfg.Open
-			r.c.cfg.Open = func(ctx context.Context) (store.Store, error) {
-				st, err := open(ctx)
-				r.proxy.Refuse(true) // the view's list cannot reach etcd
-				r.proxy.Cut()
-				return st, err
-			}
-			before := r.storeState()
-			for i := range 3 {
-				if err := r.pass(t0.Add(time.Duration(i) * 2 * grace)); !errors.Is(err, ErrStoreNotSynced) {
-					t.Fatalf("pass %d with a view that never listed: %v, want ErrStoreNotSynced", i, err)
-				}
-			}
-			if after := r.storeState(); !maps.Equal(before, after) {
-				t.Fatalf("passes on a view that never listed changed the store:\n%v\n->\n%v", before, after)
-			}
-			r.proxy.Refuse(false)
-			r.waitView(true)
-			for i := range 2 {
-				if err := r.pass(t0.Add(time.Duration(6+i) * grace)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			hs := r.handles()
-			if _, ok := hs["gone"]; ok {
-				t.Error("the leak was not released once the view listed")
-			}
-			if _, ok := hs["live"]; !ok {
-				t.Error("the live pod's allocation was released")
-			}
-		})
+// waitHolds waits until the controller's view holds the handle of
+// container (on the Kubernetes datastore a pass decides from the view as
+// its watch delivered it).
+func (r *viewRig) waitHolds(node, container string) {
+	r.t.Helper()
+	r.waitCache(func() bool {
+		v := r.view()
+		if v == nil {
+			return false
+		}
+		n, ok := v.Node(node)
+		return ok && slices.ContainsFunc(n.Handles, func(h ipam.Handle) bool { return h.ContainerID == container })
+	}, "the store view holding "+container)
+}
+
+// forViews runs test for each watched datastore and address family.
+func forViews(t *testing.T, test func(t *testing.T, ds string, f family)) {
+	for _, ds := range viewBackends {
+		for _, f := range passFamilies {
+			t.Run(ds+"/"+f.name, func(t *testing.T) { test(t, ds, f) })
+		}
 	}
+}
+
+// TestPassStoreViewNotSynced: while the controller's view of the store
+// has never listed it (etcd or the API server unreachable after the
+// open), every pass fails with ErrStoreNotSynced and nothing is
+// released, however much time passes; once the view lists, the leak is
+// released after the grace period. etcd and Kubernetes, IPv4 and IPv6.
+func TestPassStoreViewNotSynced(t *testing.T) {
+	forViews(t, func(t *testing.T, ds string, f family) {
+		const grace = time.Minute
+		r := newViewRig(t, grace, f, ds)
+		node := r.node("a")
+		r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
+		r.attach(f.pool, "live", "live", r.pod("live", node, corev1.PodRunning), node, t0)
+		open := r.c.cfg.Open
+		r.c.cfg.Open = func(ctx context.Context) (store.Store, error) {
+			st, err := open(ctx)
+			r.proxy.Refuse(true) // the view's list cannot reach the datastore
+			r.proxy.Cut()
+			return st, err
+		}
+		before := r.storeState()
+		for i := range 3 {
+			if err := r.pass(t0.Add(time.Duration(i) * 2 * grace)); !errors.Is(err, ErrStoreNotSynced) {
+				t.Fatalf("pass %d with a view that never listed: %v, want ErrStoreNotSynced", i, err)
+			}
+		}
+		if after := r.storeState(); !maps.Equal(before, after) {
+			t.Fatalf("passes on a view that never listed changed the store:\n%v\n->\n%v", before, after)
+		}
+		r.proxy.Refuse(false)
+		r.waitView(true)
+		for i := range 2 {
+			if err := r.pass(t0.Add(time.Duration(6+i) * grace)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hs := r.handles()
+		if _, ok := hs["gone"]; ok {
+			t.Error("the leak was not released once the view listed")
+		}
+		if _, ok := hs["live"]; !ok {
+			t.Error("the live pod's allocation was released")
+		}
+	})
 }
 
 // TestPassStoreViewWatchFailed: a leak seen by a pass is not released
 // while the view's watch has failed and not caught up again: neither by
 // a pass that starts then (ErrStoreNotSynced) nor by one whose view
 // failed after it read it (the release is dropped); once the watch
-// resumed, the next pass releases it. IPv4 and IPv6.
+// resumed, without a new list, the next pass releases it. etcd and
+// Kubernetes, IPv4 and IPv6.
 func TestPassStoreViewWatchFailed(t *testing.T) {
-	for _, f := range passFamilies {
-		t.Run(f.name, func(t *testing.T) {
-			const grace = time.Minute
-			r := newViewRig(t, grace, f)
-			node := r.node("a")
-			r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
-			if err := r.pass(t0); err != nil {
-				t.Fatal(err)
-			}
-			before := r.storeState()
+	forViews(t, func(t *testing.T, ds string, f family) {
+		const grace = time.Minute
+		r := newViewRig(t, grace, f, ds)
+		node := r.node("a")
+		if err := r.pass(t0); err != nil {
+			t.Fatal(err)
+		}
+		r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
+		r.waitHolds(node, "gone")
+		if err := r.pass(t0); err != nil {
+			t.Fatal(err)
+		}
+		before := r.storeState()
 
+		r.proxy.Refuse(true)
+		r.proxy.Cut()
+		r.waitView(false)
+		if err := r.pass(t0.Add(2 * grace)); !errors.Is(err, ErrStoreNotSynced) {
+			t.Fatalf("pass with a failed watch: %v, want ErrStoreNotSynced", err)
+		}
+		if after := r.storeState(); !maps.Equal(before, after) {
+			t.Fatalf("a pass on a failed watch changed the store:\n%v\n->\n%v", before, after)
+		}
+
+		r.proxy.Refuse(false)
+		r.waitView(true)
+		r.c.afterObserve = func() {
 			r.proxy.Refuse(true)
 			r.proxy.Cut()
 			r.waitView(false)
-			if err := r.pass(t0.Add(2 * grace)); !errors.Is(err, ErrStoreNotSynced) {
-				t.Fatalf("pass with a failed watch: %v, want ErrStoreNotSynced", err)
-			}
-			if after := r.storeState(); !maps.Equal(before, after) {
-				t.Fatalf("a pass on a failed watch changed the store:\n%v\n->\n%v", before, after)
-			}
+		}
+		if err := r.pass(t0.Add(3 * grace)); err != nil {
+			t.Fatalf("pass whose view failed after it read it: %v", err)
+		}
+		r.c.afterObserve = nil
+		if after := r.storeState(); !maps.Equal(before, after) {
+			t.Fatalf("a pass whose view failed after it read it changed the store:\n%v\n->\n%v", before, after)
+		}
 
-			r.proxy.Refuse(false)
-			r.waitView(true)
-			r.c.afterObserve = func() {
-				r.proxy.Refuse(true)
-				r.proxy.Cut()
-				r.waitView(false)
-			}
-			if err := r.pass(t0.Add(3 * grace)); err != nil {
-				t.Fatalf("pass whose view failed after it read it: %v", err)
-			}
-			r.c.afterObserve = nil
-			if after := r.storeState(); !maps.Equal(before, after) {
-				t.Fatalf("a pass whose view failed after it read it changed the store:\n%v\n->\n%v", before, after)
-			}
-
-			r.proxy.Refuse(false)
-			r.waitView(true)
-			lists := r.c.sview.Lists()
-			if err := r.pass(t0.Add(4 * grace)); err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := r.handles()["gone"]; ok {
-				t.Error("the leak was not released once the watch caught up")
-			}
-			if got := r.c.sview.Lists(); got != 1 || lists != 1 {
-				t.Errorf("the view listed %d times, want once (the watch resumes)", got)
-			}
-		})
-	}
+		r.proxy.Refuse(false)
+		r.waitView(true)
+		if err := r.pass(t0.Add(4 * grace)); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := r.handles()["gone"]; ok {
+			t.Error("the leak was not released once the watch resumed")
+		}
+		if got := r.c.sview.Lists(); got != 1 {
+			t.Errorf("the view listed %d times, want once (the watch resumes)", got)
+		}
+	})
 }
 
 // TestPassLeakFromWatch: an allocation whose pod never existed, written
@@ -208,7 +293,7 @@ func TestPassLeakFromWatch(t *testing.T) {
 	for _, f := range passFamilies {
 		t.Run(f.name, func(t *testing.T) {
 			const grace = time.Minute
-			r := newViewRig(t, grace, f)
+			r := newViewRig(t, grace, f, config.DatastoreEtcd)
 			node := r.node("a")
 			live := r.attach(f.pool, "live", "live", r.pod("live", node, corev1.PodRunning), node, t0)
 			if err := r.pass(t0); err != nil {
@@ -321,7 +406,7 @@ func (c *countingStore) GetPool(ctx context.Context, name string) (store.Pool, e
 // and the map follow one watch, and the view lists the store once.
 func TestMapSharesStoreView(t *testing.T) {
 	f := passFamilies[1]
-	r := newViewRig(t, time.Minute, f)
+	r := newViewRig(t, time.Minute, f, config.DatastoreEtcd)
 	node := r.node("a")
 	h := r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
 	ctx := context.Background()
@@ -355,7 +440,7 @@ func TestMapSharesStoreView(t *testing.T) {
 func TestPassStoreViewUnreadable(t *testing.T) {
 	f := passFamilies[0]
 	const grace = time.Minute
-	r := newViewRig(t, grace, f)
+	r := newViewRig(t, grace, f, config.DatastoreEtcd)
 	node := r.node("a")
 	r.attach(f.pool, "gone", "gone", "gone-uid", node, t0)
 	kvs, err := etcd.Open(context.Background(), etcd.Config{Endpoints: r.ds.Endpoints, Prefix: r.ds.Prefix})
