@@ -86,7 +86,7 @@ type Options struct {
 	// Authenticate, when set, also accepts tokens it approves.
 	Authenticate Authenticator
 	// PollInterval is how often the local store's file is checked for
-	// changes, how often a store that cannot be watched (kubernetes) is
+	// changes, how often a store that cannot be watched is
 	// listed — at least pollBackoff times the last listing's duration
 	// apart — (default and minimum DefaultPollInterval) and how often leak
 	// candidates are asked for.
@@ -143,9 +143,9 @@ func New(opts Options) (*UI, error) {
 }
 
 // Run keeps the map's view of the datastore current until ctx ends: it
-// reads everything once, then follows changes (etcd: a watch; local: the
-// file polled every PollInterval; kubernetes: listed every PollInterval)
-// and asks the LeakSource for candidates.
+// reads everything once, then follows changes (etcd and kubernetes: a
+// watch; local: the file polled every PollInterval; a store without a
+// watch: listed every PollInterval) and asks the LeakSource for candidates.
 // Failures to read are shown on the page and retried; Run returns only
 // ctx's error.
 func (u *UI) Run(ctx context.Context) error {
