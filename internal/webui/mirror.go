@@ -74,6 +74,9 @@ func (m *model) replace(s snapshot) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := newDirty()
+	if len(m.handles) == 0 && len(m.blocks) == 0 {
+		m.sizeFor(s)
+	}
 	seenPools := make(map[string]bool, len(s.pools))
 	for _, p := range s.pools {
 		seenPools[p.Spec.Name] = true
@@ -125,4 +128,16 @@ func (m *model) replace(s snapshot) {
 		}
 	}
 	m.finishLocked(s.rev, d, true)
+}
+
+// sizeFor makes the empty mirror's maps the size of s (the first full
+// read): they do not grow by steps while it is put.
+func (m *model) sizeFor(s snapshot) {
+	handles, blocks := 0, 0
+	for _, n := range s.nodes {
+		handles += len(n.Node.Handles)
+		blocks += len(n.Node.Blocks)
+	}
+	m.handles = make(map[string]*handleState, handles)
+	m.blocks = make(map[store.BlockRef]*blockState, max(blocks, len(s.claims)))
 }

@@ -62,16 +62,20 @@ func (m *model) rebuildLocked() {
 // buildIndex indexes every handle. m.mu must be held for reading.
 func (m *model) buildIndex() *handleIndex {
 	x := &handleIndex{starts: make([]int32, 0, len(m.handles)), hs: make([]*handleState, 0, len(m.handles))}
+	size := 0
+	for _, h := range m.handles {
+		size += len(h.rec.Namespace) + len(h.rec.Pod) + len(h.rec.ContainerID) + len(h.id) + 4
+	}
 	var b strings.Builder
-	b.Grow(len(m.handles) * 48)
+	b.Grow(size)
 	for _, h := range m.handles {
 		x.starts = append(x.starts, int32(b.Len()))
 		x.hs = append(x.hs, h)
-		b.WriteString(h.namespace)
+		b.WriteString(h.rec.Namespace)
 		b.WriteByte('/')
-		b.WriteString(h.pod)
+		b.WriteString(h.rec.Pod)
 		b.WriteByte('\n')
-		b.WriteString(h.containerID)
+		b.WriteString(h.rec.ContainerID)
 		b.WriteByte('\n')
 		b.WriteString(h.id)
 		b.WriteByte(0)
