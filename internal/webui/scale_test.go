@@ -152,13 +152,7 @@ func BenchmarkFirstLoadScale(b *testing.B) {
 		m := newModel(slog.New(slog.DiscardHandler))
 		m.replace(snap)
 		b.StopTimer()
-		m.idxMu.Lock()
-		for m.idxBuilding {
-			m.idxMu.Unlock()
-			time.Sleep(time.Millisecond)
-			m.idxMu.Lock()
-		}
-		m.idxMu.Unlock()
+		waitIndex(m)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		kept = float64(after.HeapAlloc) - float64(before.HeapAlloc)
@@ -166,4 +160,15 @@ func BenchmarkFirstLoadScale(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(kept/float64(addrs), "retained-B/addr")
+}
+
+// waitIndex waits until no search index is being built in the background.
+func waitIndex(m *model) {
+	m.idxMu.Lock()
+	for m.idxBuilding {
+		m.idxMu.Unlock()
+		time.Sleep(time.Millisecond)
+		m.idxMu.Lock()
+	}
+	m.idxMu.Unlock()
 }
