@@ -230,7 +230,7 @@ func TestModelHoldsOnlyCurrentRecords(t *testing.T) {
 	m.replace(snapshot{rev: 1, pools: []store.Pool{{Spec: poolTiny, Version: "1"}},
 		nodes: []kvbacked.ScannedNode{{Name: "node-a", Version: first.Version, Node: first, Decoded: true}}})
 	h := m.handles[own.ID]
-	if h == nil || h.rec != &first.Handles[0] {
+	if h == nil || h.rec() != &first.Handles[0] {
 		t.Fatalf("the handle is not shown from its record in the node object: %+v", h)
 	}
 	// The object written again: own's record unchanged, another added.
@@ -242,7 +242,7 @@ func TestModelHoldsOnlyCurrentRecords(t *testing.T) {
 	if m.handles[own.ID] != h {
 		t.Error("an unchanged record was put as a new handle")
 	}
-	if h.rec != &second.Handles[i] || &h.ips[0] != &second.Handles[i].IPs[0] {
+	if h.rec() != &second.Handles[i] || &h.ips[0] != &second.Handles[i].IPs[0] {
 		t.Error("the unchanged handle still holds the old node object's record")
 	}
 	if m.handles[other.ID] == nil || m.podCount["node-a"] != 2 {

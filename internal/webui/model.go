@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -55,6 +56,9 @@ type model struct {
 	idx         *handleIndex
 	idxAdded    []*handleState
 	idxBuilding bool // a goroutine is building the next idx
+	// idxPending are the handles put since the goroutine building the
+	// next idx took the handles (under mu, like idxAdded).
+	idxPending []*handleState
 }
 
 type poolState struct {
@@ -99,18 +103,22 @@ type blockAgg struct {
 // handleState is what the map keeps of a handle: the record it shows
 // (shared with the node object it came from, never changed), and the
 // addresses (to find the blocks a change touches). A handleState never
-// changes once it is in the map, but for rec, which a node object read
-// again moves to its equal record there (so that the old object can go):
+// changes once it is in the map, but for its record, which a node object
+// read again moves to its equal record there (so that the old object can
+// go; atomically: the search index is built without holding the mirror):
 // a change puts a new one.
 type handleState struct {
 	id   string
-	node string // rec.Node as the map names it (interned)
-	// rec is the handle's last record put: its pod, container, network,
-	// times and sticky identity (rec.IPs are that part's addresses only).
-	rec   *ipam.Handle
+	node string // the record's Node as the map names it (interned)
+	// recp is the handle's last record put: its pod, container, network,
+	// times and sticky identity (its IPs are that part's addresses only).
+	recp  atomic.Pointer[ipam.Handle]
 	ips   []ipam.HandleIP // every part's, in part order
 	parts []handlePart    // by node object name
 }
+
+// rec returns the handle's record.
+func (h *handleState) rec() *ipam.Handle { return h.recp.Load() }
 
 // handlePart is a handle's record in one node object: its addresses there.
 type handlePart struct {
@@ -411,9 +419,9 @@ func (m *model) putRecord(n *store.Node, i int, d *dirty) {
 	pi := -1
 	if cur != nil {
 		pi = slices.IndexFunc(cur.parts, func(p handlePart) bool { return p.obj == obj })
-		if pi >= 0 && slices.Equal(cur.parts[pi].ips, h.IPs) && cur.node == node && sameRecord(cur.rec, h) {
+		if pi >= 0 && slices.Equal(cur.parts[pi].ips, h.IPs) && cur.node == node && sameRecord(cur.rec(), h) {
 			// Unchanged: hold this object's record, not the old one's.
-			cur.rec = h
+			cur.recp.Store(h)
 			cur.parts[pi].ips = h.IPs
 			if len(cur.parts) == 1 {
 				cur.ips = h.IPs
@@ -421,7 +429,8 @@ func (m *model) putRecord(n *store.Node, i int, d *dirty) {
 			return
 		}
 	}
-	hs := &handleState{id: h.ID, node: node, rec: h}
+	hs := &handleState{id: h.ID, node: node}
+	hs.recp.Store(h)
 	part := handlePart{obj: obj, ips: h.IPs}
 	switch {
 	case cur == nil:
@@ -459,10 +468,10 @@ func (m *model) dropRecord(obj, id string, d *dirty) {
 		m.setHandle(id, cur, nil, d)
 		return
 	}
-	hs := *cur
-	hs.parts = slices.Delete(slices.Clone(cur.parts), i, i+1)
+	hs := &handleState{id: cur.id, node: cur.node, parts: slices.Delete(slices.Clone(cur.parts), i, i+1)}
+	hs.recp.Store(cur.rec())
 	hs.ips = mergeIPs(hs.parts)
-	m.setHandle(id, cur, &hs, d)
+	m.setHandle(id, cur, hs, d)
 }
 
 func mergeIPs(parts []handlePart) []ipam.HandleIP {
@@ -491,6 +500,9 @@ func (m *model) setHandle(id string, old, hs *handleState, d *dirty) {
 	m.handles[id] = hs
 	if m.idx != nil {
 		m.idxAdded = append(m.idxAdded, hs)
+	}
+	if m.idxBuilding {
+		m.idxPending = append(m.idxPending, hs)
 	}
 	m.podCount[hs.node]++
 	d.handle(hs) // blocks that named it before it arrived counted an orphan

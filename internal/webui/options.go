@@ -208,9 +208,9 @@ func (u *UI) Handles() (hs []ipam.Handle, gen uint64, loaded bool) {
 	u.m.mu.RUnlock()
 	hs = make([]ipam.Handle, len(states))
 	for i, h := range states {
-		hs[i] = ipam.Handle{ID: h.id, Network: h.rec.Network, ContainerID: h.rec.ContainerID, IfName: h.rec.IfName,
-			Node: h.node, Namespace: h.rec.Namespace, Pod: h.rec.Pod, PodUID: h.rec.PodUID, Created: h.rec.Created, IPs: h.ips,
-			Sticky: h.rec.Sticky, Parked: h.rec.Parked}
+		hs[i] = ipam.Handle{ID: h.id, Network: h.rec().Network, ContainerID: h.rec().ContainerID, IfName: h.rec().IfName,
+			Node: h.node, Namespace: h.rec().Namespace, Pod: h.rec().Pod, PodUID: h.rec().PodUID, Created: h.rec().Created, IPs: h.ips,
+			Sticky: h.rec().Sticky, Parked: h.rec().Parked}
 	}
 	return hs, gen, loaded
 }

@@ -91,7 +91,7 @@ func BenchmarkSearchScale(b *testing.B) {
 	f.objs[h.node] = map[string]ipam.Handle{}
 	for _, x := range m.handles {
 		if x.node == h.node {
-			f.objs[h.node][x.id] = *x.rec
+			f.objs[h.node][x.id] = *x.rec()
 		}
 	}
 	b.Run("pod-17 after a change", func(b *testing.B) {
