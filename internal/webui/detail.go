@@ -172,15 +172,15 @@ func (m *model) addrState(b ipam.Block, p *ipam.Pool, ord int) addrView {
 			if h.node != "" && b.Node != "" && h.node != b.Node {
 				av.State = stateBorrowed
 			}
-			av.Pod, av.Namespace, av.Node = h.pod, h.namespace, h.node
-			av.ContainerID, av.IfName = h.containerID, h.ifName
-			if !h.created.IsZero() {
-				t := h.created.UTC()
+			av.Pod, av.Namespace, av.Node = h.rec().Pod, h.rec().Namespace, h.node
+			av.ContainerID, av.IfName = h.rec().ContainerID, h.rec().IfName
+			if !h.rec().Created.IsZero() {
+				t := h.rec().Created.UTC()
 				av.Since = &t
 			}
-			av.Sticky = h.sticky
-			if !h.parked.IsZero() {
-				t := h.parked.UTC()
+			av.Sticky = h.rec().Sticky
+			if !h.rec().Parked.IsZero() {
+				t := h.rec().Parked.UTC()
 				av.Parked = &t
 			}
 		} else {

@@ -45,20 +45,20 @@
 // object at a version the mirror holds is not decoded again, and within a
 // changed one only the blocks and records that differ are replaced.
 //
-// etcd is followed by a storeview.View (listed once at one revision, then
-// kept by its watch, resumed after a break, listed again only when its
-// revision was compacted away); each change of the view is diffed into the
-// mirror by version. Served by the controller, the map shows the
+// etcd and the Kubernetes datastore are followed by a storeview.View
+// (listed once at one revision, then kept by its watch, resumed after a
+// break, listed again only when its revision expired: compacted away on
+// etcd, 410 Gone from the API server); each change of the view is diffed
+// into the mirror by version. Served by the controller, the map shows the
 // controller's own view (Options.View). The local store holds a file lock while
 // open, so it is opened only to read it: when inotify reports a write to
 // its file (at most once a second) or, polled every second, its
 // modification time, size or inode changed; an unchanged revision ends
 // the read at once. A store that does not exist is shown empty and is not
-// created. The kubernetes datastore is listed every PollInterval, and at
-// least three times the last listing's duration after it, so that a
-// large cluster's lists do not keep the API server busy (how long such a
-// list takes, and how late a change shows: docs/BENCHMARKS.md). Every
-// change bumps a generation;
+// created. A store without a watch (Options.Store of another kind) is
+// listed every PollInterval, and at least three times the last listing's
+// duration after it, so that a large store's lists do not keep it busy.
+// Every change bumps a generation;
 // the rendered overview and node table are cached per generation.
 //
 // # JSON API

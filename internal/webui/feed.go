@@ -14,6 +14,7 @@ import (
 	// controller), never by the plugin: it opens every datastore type.
 	_ "github.com/ipkeeper/ipkeeper/internal/datastore/kubeopen"
 	"github.com/ipkeeper/ipkeeper/internal/store"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/local"
 	"github.com/ipkeeper/ipkeeper/internal/storeview"
@@ -34,6 +35,12 @@ type revisioner interface {
 // (kvbacked on etcd; on the local file it reports false).
 type follower interface {
 	Follower() (*kvbacked.Follower, bool)
+}
+
+// watcher is a store a storeview.View follows by LIST and WATCH of its
+// objects (the Kubernetes datastore).
+type watcher interface {
+	Watcher() *kube.Watcher
 }
 
 // pollBackoff spaces polls of a store without a revision or a watch (the
@@ -74,12 +81,15 @@ func (u *UI) feed(ctx context.Context) (feed, func(), error) {
 }
 
 // feedOn follows st, which stays open: by a view kept by its watch when
-// it has one, else by polling it.
+// it has one (etcd, the Kubernetes API), else by polling it.
 func (u *UI) feedOn(st store.Store) feed {
 	if f, ok := st.(follower); ok {
 		if src, ok := f.Follower(); ok {
 			return &viewFeed{v: storeview.New(src, u.opts.Log), own: true, m: u.m}
 		}
+	}
+	if w, ok := st.(watcher); ok {
+		return &viewFeed{v: storeview.New(w.Watcher(), u.opts.Log), own: true, m: u.m}
 	}
 	return &pollFeed{open: func(context.Context) (store.Store, error) { return st, nil }, keep: true, m: u.m, every: u.opts.PollInterval}
 }

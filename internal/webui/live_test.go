@@ -160,7 +160,8 @@ func storeLive(t *testing.T, u *UI, st store.Store) {
 
 // TestKubernetesLive: on the Kubernetes datastore (a real kube-apiserver
 // with the CRDs and the shipped RBAC) the map, opened as the controller's
-// ServiceAccount as in a cluster, reads everything and then polls; the
+// ServiceAccount as in a cluster, lists everything once and then follows
+// the objects' WATCH (no further LIST while the watch holds); the
 // allocations of every node are made by one store of the same account
 // (a node's own credentials write only its own node's objects).
 func TestKubernetesLive(t *testing.T) {
@@ -175,8 +176,9 @@ func TestKubernetesLive(t *testing.T) {
 	defer st.Close()
 	fillFixture(t, st)
 	s := startUI(t, Options{Datastore: ds})
-	if _, ok := s.u.currentFeed().(*pollFeed); !ok {
-		t.Fatalf("the map follows the Kubernetes datastore by %T, want polls", s.u.currentFeed())
+	vf, ok := s.u.currentFeed().(*viewFeed)
+	if !ok {
+		t.Fatalf("the map follows the Kubernetes datastore by %T, want its watch", s.u.currentFeed())
 	}
 	var ov overview
 	s.getJSON(t, "/api/pools", 200, &ov)
@@ -184,4 +186,7 @@ func TestKubernetesLive(t *testing.T) {
 		t.Fatalf("kubernetes store shown as %+v (error %q)", ov.Pools, ov.Error)
 	}
 	storeLive(t, s.u, st)
+	if n := vf.v.Lists(); n != 1 {
+		t.Errorf("the map listed the datastore %d times, want once (then its watch)", n)
+	}
 }

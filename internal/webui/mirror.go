@@ -74,33 +74,59 @@ func (m *model) replace(s snapshot) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := newDirty()
-	seenPools := make(map[string]bool, len(s.pools))
+	if len(m.handles) == 0 && len(m.blocks) == 0 {
+		m.sizeFor(s)
+	}
+	// An object of the mirror is gone when s does not name it: when s
+	// names as many objects as the mirror holds, all of them known, none
+	// is (the common case: no set of names is built).
+	known := 0
 	for _, p := range s.pools {
-		seenPools[p.Spec.Name] = true
-		if ps := m.pools[p.Spec.Name]; ps == nil || ps.version != p.Version {
+		ps := m.pools[p.Spec.Name]
+		if ps != nil {
+			known++
+		}
+		if ps == nil || ps.version != p.Version {
 			m.putPool(p, d)
 		}
 	}
-	for name := range m.pools {
-		if !seenPools[name] {
-			m.delPool(name, d)
+	if known != len(m.pools) {
+		seen := make(map[string]bool, len(s.pools))
+		for _, p := range s.pools {
+			seen[p.Spec.Name] = true
+		}
+		for name := range m.pools {
+			if !seen[name] {
+				m.delPool(name, d)
+			}
 		}
 	}
-	seenClaims := make(map[store.BlockRef]bool, len(s.claims))
+	known = 0
 	for _, c := range s.claims {
-		seenClaims[c.BlockRef] = true
-		if cs := m.claims[c.BlockRef]; cs == nil || cs.version != c.Version {
+		cs := m.claims[c.BlockRef]
+		if cs != nil {
+			known++
+		}
+		if cs == nil || cs.version != c.Version {
 			m.putClaim(c, d)
 		}
 	}
-	for ref := range m.claims {
-		if !seenClaims[ref] {
-			m.delClaim(ref, d)
+	if known != len(m.claims) {
+		seen := make(map[store.BlockRef]bool, len(s.claims))
+		for _, c := range s.claims {
+			seen[c.BlockRef] = true
+		}
+		for ref := range m.claims {
+			if !seen[ref] {
+				m.delClaim(ref, d)
+			}
 		}
 	}
-	seenNodes := make(map[string]bool, len(s.nodes))
+	known = 0
 	for _, n := range s.nodes {
-		seenNodes[n.Name] = true
+		if m.nodes[n.Name] != nil {
+			known++
+		}
 		switch {
 		case n.Err != nil:
 			m.badNode(n.Name, n.Version, n.Err, d)
@@ -108,9 +134,15 @@ func (m *model) replace(s snapshot) {
 			m.putNode(n.Node, d)
 		}
 	}
-	for name := range m.nodes {
-		if !seenNodes[name] {
-			m.delNode(name, d)
+	if known != len(m.nodes) {
+		seen := make(map[string]bool, len(s.nodes))
+		for _, n := range s.nodes {
+			seen[n.Name] = true
+		}
+		for name := range m.nodes {
+			if !seen[name] {
+				m.delNode(name, d)
+			}
 		}
 	}
 	// Pools and claims that cannot be decoded are those s names.
@@ -125,4 +157,16 @@ func (m *model) replace(s snapshot) {
 		}
 	}
 	m.finishLocked(s.rev, d, true)
+}
+
+// sizeFor makes the empty mirror's maps the size of s (the first full
+// read): they do not grow by steps while it is put.
+func (m *model) sizeFor(s snapshot) {
+	handles, blocks := 0, 0
+	for _, n := range s.nodes {
+		handles += len(n.Node.Handles)
+		blocks += len(n.Node.Blocks)
+	}
+	m.handles = make(map[string]*handleState, handles)
+	m.blocks = make(map[store.BlockRef]*blockState, max(blocks, len(s.claims)))
 }

@@ -211,3 +211,41 @@ func TestReadSnapshotDecodesOnlyChanged(t *testing.T) {
 		t.Fatalf("the ADD is not in the map: %+v", h)
 	}
 }
+
+// TestModelHoldsOnlyCurrentRecords: the mirror shows a handle from its
+// record in the node object as last put, sharing it; a node object read
+// again at a new version with the record unchanged moves the handle to the
+// new object's record, so that nothing of the old object stays held (it
+// can be collected), and keeps the handle as it was (no change shown).
+func TestModelHoldsOnlyCurrentRecords(t *testing.T) {
+	m := newModel(slog.New(slog.DiscardHandler))
+	f := newNodeFeed(m)
+	blk := poolTiny.CIDR
+	own := ipam.Handle{ID: "net.own.eth0", Node: "node-a", Namespace: "default", Pod: "own", IPs: []ipam.HandleIP{
+		{Addr: netip.MustParseAddr("10.30.0.1"), Pool: poolTiny.Name, Block: blk}}}
+	other := ipam.Handle{ID: "net.other.eth0", Node: "node-a", Namespace: "default", Pod: "other", IPs: []ipam.HandleIP{
+		{Addr: netip.MustParseAddr("10.30.0.2"), Pool: poolTiny.Name, Block: blk}}}
+	f.objs["node-a"] = map[string]ipam.Handle{own.ID: own}
+	first := f.node("node-a", 1)
+	m.replace(snapshot{rev: 1, pools: []store.Pool{{Spec: poolTiny, Version: "1"}},
+		nodes: []kvbacked.ScannedNode{{Name: "node-a", Version: first.Version, Node: first, Decoded: true}}})
+	h := m.handles[own.ID]
+	if h == nil || h.rec() != &first.Handles[0] {
+		t.Fatalf("the handle is not shown from its record in the node object: %+v", h)
+	}
+	// The object written again: own's record unchanged, another added.
+	f.objs["node-a"][other.ID] = other
+	second := f.node("node-a", 2)
+	m.replace(snapshot{rev: 2, pools: []store.Pool{{Spec: poolTiny, Version: "1"}},
+		nodes: []kvbacked.ScannedNode{{Name: "node-a", Version: second.Version, Node: second, Decoded: true}}})
+	i := slices.IndexFunc(second.Handles, func(r ipam.Handle) bool { return r.ID == own.ID })
+	if m.handles[own.ID] != h {
+		t.Error("an unchanged record was put as a new handle")
+	}
+	if h.rec() != &second.Handles[i] || &h.ips[0] != &second.Handles[i].IPs[0] {
+		t.Error("the unchanged handle still holds the old node object's record")
+	}
+	if m.handles[other.ID] == nil || m.podCount["node-a"] != 2 {
+		t.Errorf("the added record: %+v, pods %v", m.handles[other.ID], m.podCount)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -42,7 +43,7 @@ type model struct {
 	leaks    map[netip.Addr]LeakCandidate
 	leakList []LeakCandidate   // as last reported, sorted
 	bad      map[string]string // objects that cannot be read -> why
-	strs     map[string]string // interned node and namespace names
+	strs     map[string]string // interned node names
 	// forecasts are the pools' exhaustion forecasts; now is the clock
 	// their samples are taken by.
 	forecasts map[string]*poolForecast
@@ -55,6 +56,9 @@ type model struct {
 	idx         *handleIndex
 	idxAdded    []*handleState
 	idxBuilding bool // a goroutine is building the next idx
+	// idxPending are the handles put since the goroutine building the
+	// next idx took the handles (under mu, like idxAdded).
+	idxPending []*handleState
 }
 
 type poolState struct {
@@ -96,22 +100,25 @@ type blockAgg struct {
 	borrowers map[string]int
 }
 
-// handleState is what the map keeps of a handle: what it shows, and the
+// handleState is what the map keeps of a handle: the record it shows
+// (shared with the node object it came from, never changed), and the
 // addresses (to find the blocks a change touches). A handleState never
-// changes once it is in the map: a change puts a new one.
+// changes once it is in the map, but for its record, which a node object
+// read again moves to its equal record there (so that the old object can
+// go; atomically: the search index is built without holding the mirror):
+// a change puts a new one.
 type handleState struct {
-	id                   string
-	node, namespace, pod string
-	containerID, ifName  string
-	network, podUID      string // for Handles (the leak rules read them)
-	created              time.Time
-	// sticky is the identity the addresses stay reserved for, parked
-	// when its pod went away (zero while one holds them).
-	sticky string
-	parked time.Time
-	ips    []ipam.HandleIP // every part's, in part order
-	parts  []handlePart    // by node object name
+	id   string
+	node string // the record's Node as the map names it (interned)
+	// recp is the handle's last record put: its pod, container, network,
+	// times and sticky identity (its IPs are that part's addresses only).
+	recp  atomic.Pointer[ipam.Handle]
+	ips   []ipam.HandleIP // every part's, in part order
+	parts []handlePart    // by node object name
 }
+
+// rec returns the handle's record.
+func (h *handleState) rec() *ipam.Handle { return h.recp.Load() }
 
 // handlePart is a handle's record in one node object: its addresses there.
 type handlePart struct {
@@ -337,9 +344,9 @@ func (m *model) putNode(n store.Node, d *dirty) {
 		m.setBlockLocked(ref, &blockState{ref: ref, holder: name,
 			b: ipam.Block{CIDR: b.CIDR, Pool: b.Pool, Node: m.nodeName(name), Owners: b.Owners}}, d)
 	}
-	for _, h := range n.Handles {
-		ns.handles = append(ns.handles, h.ID)
-		m.putRecord(name, h, d)
+	for i := range n.Handles {
+		ns.handles = append(ns.handles, n.Handles[i].ID)
+		m.putRecord(&n, i, d)
 	}
 	if old != nil {
 		m.undoNode(name, old, ns, d)
@@ -402,38 +409,49 @@ func sameBlock(a, b ipam.Block) bool {
 	return true
 }
 
-// putRecord puts handle h's record in node object obj.
-func (m *model) putRecord(obj string, h ipam.Handle, d *dirty) {
+// putRecord puts handle record h (of node object n, which the mirror
+// keeps as it is) as its record in node object n.Name.
+func (m *model) putRecord(n *store.Node, i int, d *dirty) {
+	h := &n.Handles[i]
+	obj := n.Name
 	cur := m.handles[h.ID]
 	node := m.nodeName(h.Node)
-	i := -1
+	pi := -1
 	if cur != nil {
-		i = slices.IndexFunc(cur.parts, func(p handlePart) bool { return p.obj == obj })
-		if i >= 0 && slices.Equal(cur.parts[i].ips, h.IPs) && cur.node == node && cur.namespace == h.Namespace &&
-			cur.pod == h.Pod && cur.containerID == h.ContainerID && cur.ifName == h.IfName && cur.network == h.Network &&
-			cur.podUID == h.PodUID && cur.created.Equal(h.Created) && cur.sticky == h.Sticky && cur.parked.Equal(h.Parked) {
-			return // unchanged
+		pi = slices.IndexFunc(cur.parts, func(p handlePart) bool { return p.obj == obj })
+		if pi >= 0 && slices.Equal(cur.parts[pi].ips, h.IPs) && cur.node == node && sameRecord(cur.rec(), h) {
+			// Unchanged: hold this object's record, not the old one's.
+			cur.recp.Store(h)
+			cur.parts[pi].ips = h.IPs
+			if len(cur.parts) == 1 {
+				cur.ips = h.IPs
+			}
+			return
 		}
 	}
-	hs := &handleState{
-		id: h.ID, node: node, namespace: m.intern(h.Namespace), pod: h.Pod,
-		containerID: h.ContainerID, ifName: m.intern(h.IfName),
-		network: m.intern(h.Network), podUID: h.PodUID, created: h.Created,
-		sticky: h.Sticky, parked: h.Parked,
-	}
+	hs := &handleState{id: h.ID, node: node}
+	hs.recp.Store(h)
 	part := handlePart{obj: obj, ips: h.IPs}
 	switch {
 	case cur == nil:
 		hs.parts = []handlePart{part}
-	case i >= 0:
+	case pi >= 0:
 		hs.parts = slices.Clone(cur.parts)
-		hs.parts[i] = part
+		hs.parts[pi] = part
 	default:
 		hs.parts = append(slices.Clone(cur.parts), part)
 		slices.SortFunc(hs.parts, func(a, b handlePart) int { return cmp.Compare(a.obj, b.obj) })
 	}
 	hs.ips = mergeIPs(hs.parts)
 	m.setHandle(h.ID, cur, hs, d)
+}
+
+// sameRecord reports whether records a and b show the same (their
+// addresses aside).
+func sameRecord(a, b *ipam.Handle) bool {
+	return a.Node == b.Node && a.Namespace == b.Namespace && a.Pod == b.Pod && a.ContainerID == b.ContainerID &&
+		a.IfName == b.IfName && a.Network == b.Network && a.PodUID == b.PodUID && a.Created.Equal(b.Created) &&
+		a.Sticky == b.Sticky && a.Parked.Equal(b.Parked)
 }
 
 // dropRecord removes handle id's record in node object obj.
@@ -450,10 +468,10 @@ func (m *model) dropRecord(obj, id string, d *dirty) {
 		m.setHandle(id, cur, nil, d)
 		return
 	}
-	hs := *cur
-	hs.parts = slices.Delete(slices.Clone(cur.parts), i, i+1)
+	hs := &handleState{id: cur.id, node: cur.node, parts: slices.Delete(slices.Clone(cur.parts), i, i+1)}
+	hs.recp.Store(cur.rec())
 	hs.ips = mergeIPs(hs.parts)
-	m.setHandle(id, cur, &hs, d)
+	m.setHandle(id, cur, hs, d)
 }
 
 func mergeIPs(parts []handlePart) []ipam.HandleIP {
@@ -482,6 +500,9 @@ func (m *model) setHandle(id string, old, hs *handleState, d *dirty) {
 	m.handles[id] = hs
 	if m.idx != nil {
 		m.idxAdded = append(m.idxAdded, hs)
+	}
+	if m.idxBuilding {
+		m.idxPending = append(m.idxPending, hs)
 	}
 	m.podCount[hs.node]++
 	d.handle(hs) // blocks that named it before it arrived counted an orphan

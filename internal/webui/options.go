@@ -86,7 +86,7 @@ type Options struct {
 	// Authenticate, when set, also accepts tokens it approves.
 	Authenticate Authenticator
 	// PollInterval is how often the local store's file is checked for
-	// changes, how often a store that cannot be watched (kubernetes) is
+	// changes, how often a store that cannot be watched is
 	// listed — at least pollBackoff times the last listing's duration
 	// apart — (default and minimum DefaultPollInterval) and how often leak
 	// candidates are asked for.
@@ -143,9 +143,9 @@ func New(opts Options) (*UI, error) {
 }
 
 // Run keeps the map's view of the datastore current until ctx ends: it
-// reads everything once, then follows changes (etcd: a watch; local: the
-// file polled every PollInterval; kubernetes: listed every PollInterval)
-// and asks the LeakSource for candidates.
+// reads everything once, then follows changes (etcd and kubernetes: a
+// watch; local: the file polled every PollInterval; a store without a
+// watch: listed every PollInterval) and asks the LeakSource for candidates.
 // Failures to read are shown on the page and retried; Run returns only
 // ctx's error.
 func (u *UI) Run(ctx context.Context) error {
@@ -208,9 +208,9 @@ func (u *UI) Handles() (hs []ipam.Handle, gen uint64, loaded bool) {
 	u.m.mu.RUnlock()
 	hs = make([]ipam.Handle, len(states))
 	for i, h := range states {
-		hs[i] = ipam.Handle{ID: h.id, Network: h.network, ContainerID: h.containerID, IfName: h.ifName,
-			Node: h.node, Namespace: h.namespace, Pod: h.pod, PodUID: h.podUID, Created: h.created, IPs: h.ips,
-			Sticky: h.sticky, Parked: h.parked}
+		hs[i] = ipam.Handle{ID: h.id, Network: h.rec().Network, ContainerID: h.rec().ContainerID, IfName: h.rec().IfName,
+			Node: h.node, Namespace: h.rec().Namespace, Pod: h.rec().Pod, PodUID: h.rec().PodUID, Created: h.rec().Created, IPs: h.ips,
+			Sticky: h.rec().Sticky, Parked: h.rec().Parked}
 	}
 	return hs, gen, loaded
 }

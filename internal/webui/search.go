@@ -189,11 +189,11 @@ func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult
 				best, kind = r, k
 			}
 		}
-		try("pod", h.pod)
-		if withNS && h.namespace != "" && h.pod != "" {
-			try("pod", h.namespace+"/"+h.pod)
+		try("pod", h.rec().Pod)
+		if withNS && h.rec().Namespace != "" && h.rec().Pod != "" {
+			try("pod", h.rec().Namespace+"/"+h.rec().Pod)
 		}
-		try("handle", h.containerID)
+		try("handle", h.rec().ContainerID)
 		try("handle", h.id)
 		if best >= 0 {
 			hits = append(hits, searchHit{rank: best, kind: kind, h: h})
@@ -209,9 +209,9 @@ func (m *model) searchNamed(lq string, rank func(string) int, res []searchResult
 			break
 		}
 		h := x.h
-		name := h.pod
-		if h.namespace != "" && name != "" {
-			name = h.namespace + "/" + h.pod
+		name := h.rec().Pod
+		if h.rec().Namespace != "" && name != "" {
+			name = h.rec().Namespace + "/" + h.rec().Pod
 		}
 		if x.kind == "handle" || name == "" {
 			name = "handle " + h.id

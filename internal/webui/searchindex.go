@@ -41,37 +41,69 @@ func (m *model) handleIndex() (*handleIndex, []*handleState) {
 }
 
 // rebuildLocked starts building the index in the background unless that
-// is under way. m.idxMu must be held.
+// is under way. m.idxMu must be held, and m.mu (for reading or writing).
 func (m *model) rebuildLocked() {
 	if m.idxBuilding {
 		return
 	}
-	m.idxBuilding = true
+	m.idxBuilding, m.idxPending = true, nil
 	go func() {
-		// Holding mu for reading keeps every handle as the new index
-		// sees it: nothing is put meanwhile.
+		// The handles are taken with mu held; the index is built
+		// without it (changes go on meanwhile: the handles put from then
+		// on are kept in idxPending, to be looked at aside).
 		m.mu.RLock()
-		defer m.mu.RUnlock()
-		x := m.buildIndex()
+		hs := m.handleList()
 		m.idxMu.Lock()
-		m.idx, m.idxAdded, m.idxBuilding = x, nil, false
+		m.idxPending = nil
 		m.idxMu.Unlock()
+		m.mu.RUnlock()
+		if indexTaken != nil {
+			indexTaken()
+		}
+		x := indexHandles(hs)
+		m.mu.RLock()
+		m.idxMu.Lock()
+		m.idx, m.idxAdded, m.idxPending, m.idxBuilding = x, m.idxPending, nil, false
+		m.idxMu.Unlock()
+		m.mu.RUnlock()
 	}()
 }
 
-// buildIndex indexes every handle. m.mu must be held for reading.
-func (m *model) buildIndex() *handleIndex {
-	x := &handleIndex{starts: make([]int32, 0, len(m.handles)), hs: make([]*handleState, 0, len(m.handles))}
-	var b strings.Builder
-	b.Grow(len(m.handles) * 48)
+// indexTaken, when set (by tests), runs after a background build of the
+// index took the handles, before it builds.
+var indexTaken func()
+
+// handleList returns every handle. m.mu must be held.
+func (m *model) handleList() []*handleState {
+	hs := make([]*handleState, 0, len(m.handles))
 	for _, h := range m.handles {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// buildIndex indexes every handle. m.mu must be held for reading.
+func (m *model) buildIndex() *handleIndex { return indexHandles(m.handleList()) }
+
+// indexHandles indexes handles hs (their IDs and records, which do not change
+// but atomically for an equal one: it needs no lock).
+func indexHandles(hs []*handleState) *handleIndex {
+	x := &handleIndex{starts: make([]int32, 0, len(hs)), hs: hs}
+	size := 0
+	for _, h := range hs {
+		r := h.rec()
+		size += len(r.Namespace) + len(r.Pod) + len(r.ContainerID) + len(h.id) + 4
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, h := range hs {
 		x.starts = append(x.starts, int32(b.Len()))
-		x.hs = append(x.hs, h)
-		b.WriteString(h.namespace)
+		r := h.rec()
+		b.WriteString(r.Namespace)
 		b.WriteByte('/')
-		b.WriteString(h.pod)
+		b.WriteString(r.Pod)
 		b.WriteByte('\n')
-		b.WriteString(h.containerID)
+		b.WriteString(r.ContainerID)
 		b.WriteByte('\n')
 		b.WriteString(h.id)
 		b.WriteByte(0)

@@ -139,3 +139,49 @@ func TestSmallest(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchIndexBuildDoesNotHoldTheMirror: while the index is built in
+// the background the mirror takes changes (the build holds it only to
+// take the handles), and a handle put meanwhile is found once the new
+// index is in place.
+func TestSearchIndexBuildDoesNotHoldTheMirror(t *testing.T) {
+	m := newModel(slog.New(slog.DiscardHandler))
+	feed := newNodeFeed(m)
+	blk, _ := poolV4.CIDR.Addr().Prefix(poolV4.BlockSize)
+	put := func(pod string, ord int) {
+		feed.put("node-a", ipam.Handle{ID: "net.ctr-" + pod + ".eth0", Node: "node-a", Namespace: "default", Pod: pod,
+			ContainerID: "ctr-" + pod, IPs: []ipam.HandleIP{{Addr: ipam.Block{CIDR: blk}.Addr(ord), Pool: poolV4.Name, Block: blk}}})
+	}
+	put("web-1", 1)
+	taken, release := make(chan struct{}), make(chan struct{})
+	indexTaken = func() { close(taken); <-release }
+	defer func() { indexTaken = nil }()
+	m.mu.Lock()
+	m.idxMu.Lock()
+	m.rebuildLocked()
+	m.idxMu.Unlock()
+	m.mu.Unlock()
+	<-taken
+	// The build is under way: a change goes through.
+	put("late-1", 7)
+	close(release)
+	for i := 0; building(m); i++ {
+		if i == 3000 {
+			t.Fatal("the background build of the index does not end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if indexOf(m) == nil {
+		t.Fatal("no index after the build")
+	}
+	var got []string
+	for _, r := range m.search("late-1").Results {
+		got = append(got, r.Addr.String())
+	}
+	want := ipam.Block{CIDR: blk}.Addr(7).String()
+	if !slices.Equal(got, []string{want}) {
+		t.Errorf("search late-1, put while the index was built: %v, want %s", got, want)
+	}
+}

@@ -3,8 +3,10 @@
 // 550 000 addresses in a /12 pool of /26 blocks, the etcd scale bench's
 // shape), serves the map over it and prints
 //
-//  1. how long the map's first full read of the datastore takes and the
-//     memory it then holds;
+//  1. how long the map's first full read of the datastore takes, the
+//     memory it then holds (the map's and its view's, per address), and
+//     how long the datastore's list alone takes (the part the map waits
+//     for);
 //  2. the JSON API's answer times (p50 and max of -n requests each) and
 //     sizes: /api/pools, /api/nodes, /api/blocks/{cidr}, /api/search;
 //  3. the page load in headless chromium: from navigation start to the
@@ -12,8 +14,8 @@
 //     parts, for -loads fresh loads;
 //  4. one allocation at that scale: from its commit to the page drawing it;
 //  5. the first API answers after a change (the overview rendered again);
-//  6. what one poll of the datastore costs: the reads the map makes when
-//     nothing changed and when one node object changed.
+//  6. what one poll of the datastore costs: the reads a map polling it
+//     would make when nothing changed and when one node object changed.
 //
 // Numbers are printed, never asserted.
 //
@@ -36,7 +38,9 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -48,7 +52,9 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/kubetest"
 	"github.com/ipkeeper/ipkeeper/internal/store"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
+	"github.com/ipkeeper/ipkeeper/internal/store/kube"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
+	"github.com/ipkeeper/ipkeeper/internal/storeview"
 	"github.com/ipkeeper/ipkeeper/internal/webui"
 	"github.com/ipkeeper/ipkeeper/test/webui/webuitest"
 )
@@ -84,6 +90,10 @@ func main() {
 		ds.Type, *flagNodes, *flagPods, total, time.Since(t0).Round(time.Millisecond))
 
 	// 1. The map's first read.
+	runtime.GC()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	cpu0 := cpuTime()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
@@ -133,9 +143,19 @@ func main() {
 		}
 		_ = f.Close()
 	}
+	took, cpu := time.Since(t0), cpuTime()-cpu0
+	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	fmt.Printf("\n1. first full read by the map: %v; heap after it: %d MiB\n", time.Since(t0).Round(time.Millisecond), ms.HeapAlloc>>20)
+	held := int64(ms.HeapAlloc) - int64(ms0.HeapAlloc)
+	fmt.Printf("\n1. first full read by the map: %v (this process's CPU meanwhile: %v; the machine's load average: %s); heap after it: %d MiB, of which the map and its view of the datastore: %d MiB (%d B per address)\n",
+		took.Round(time.Millisecond), cpu.Round(time.Millisecond), loadAvg(), ms.HeapAlloc>>20, held>>20, held/int64(total))
+	if d, err := listAlone(ctx, ds); err != nil {
+		log.Fatal(err)
+	} else if d > 0 {
+		fmt.Printf("   of it, the datastore's list alone (the view's source, listed once more now): %v; the map's own part: %v\n",
+			d.Round(time.Millisecond), (took - d).Round(time.Millisecond))
+	}
 
 	// 2. The API.
 	fmt.Printf("\n2. API answers, %d requests each (%s)\n", *flagN, "p50 / max; the first /api/pools of a generation renders and caches it")
@@ -261,8 +281,8 @@ func main() {
 	}
 
 	// 6. What one poll of the datastore costs (the map polls the local
-	// file when it changed, and the kubernetes datastore every second or
-	// three times a poll's duration; etcd is watched).
+	// file when it changed; etcd and the kubernetes datastore are
+	// watched).
 	st, err = datastore.Open(ctx, ds, datastore.Options{})
 	if err != nil {
 		log.Fatal(err)
@@ -270,6 +290,57 @@ func main() {
 	defer st.Close()
 	fmt.Printf("\n6. one poll's reads, %d each (p50 / max)\n", *flagN)
 	measurePoll(ctx, st, *flagN)
+}
+
+// cpuTime is the CPU time this process used so far (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAvg is the first three fields of /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// listAlone times one list of ds by the source the map's view follows
+// (etcd's follower, the Kubernetes API's watcher); 0 for a store without
+// one.
+func listAlone(ctx context.Context, ds config.Datastore) (time.Duration, error) {
+	st, err := datastore.Open(ctx, ds, datastore.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	var src storeview.Source
+	switch s := st.(type) {
+	case *kube.Store:
+		src = s.Watcher()
+	case *kvbacked.Store:
+		f, ok := s.Follower()
+		if !ok {
+			return 0, nil
+		}
+		src = f
+	default:
+		return 0, nil
+	}
+	t0 := time.Now()
+	if _, err := src.List(ctx); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
 }
 
 // datastoreFor returns the datastore to fill and a cleanup.
