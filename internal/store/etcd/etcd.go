@@ -71,8 +71,13 @@ const (
 // maxOpsPerTxn keeps transactions under etcd's default --max-txn-ops (128).
 const maxOpsPerTxn = 128
 
-// pageSize is how many keys one List range request returns.
-const pageSize = 1000
+// pageSize is how many keys one List range request returns. etcd counts
+// the keys from a page's start to the range's end for every page, so a
+// list costs the keys times the pages: large pages keep a list of a
+// whole cluster (565 000 keys at 5 000 nodes) linear in practice
+// (docs/BENCHMARKS.md, the address map's first load). A variable for the
+// paging test.
+var pageSize int64 = 20000
 
 // Sentinel errors of the package.
 var (

@@ -62,6 +62,7 @@ func TestConformanceSerializable(t *testing.T) {
 // Keys of one prefix are invisible under another, and List pages through
 // more keys than one range request returns.
 func TestPrefixIsolationAndPaging(t *testing.T) {
+	etcd.SetPageSize(t, 1000)
 	a, b := open(t), open(t)
 	defer a.Close()
 	defer b.Close()

@@ -20,3 +20,11 @@ func IsWriteTxn(frame []byte) bool {
 	})
 	return write
 }
+
+// SetPageSize makes List read n keys per range request until the test
+// ends.
+func SetPageSize(t interface{ Cleanup(func()) }, n int64) {
+	old := pageSize
+	pageSize = n
+	t.Cleanup(func() { pageSize = old })
+}
