@@ -152,7 +152,9 @@ bench-etcd: build $(TOOLS_BIN)/host-local
 
 # ipkeeper's allocator against Calico's IPAM library (libcalico-go, etcdv3
 # backend) on one embedded etcd, interleaved: W1-W4, raw CAS, density rows,
-# bytes and etcd growth per ADD (test/bench/calico); then ipkeeper's plugin
+# bytes and etcd growth per ADD (test/bench/calico); the same library on
+# its Kubernetes backend beside ipkeeper's kube store on one kube-apiserver,
+# dual-stack ADDs at 10-2 000 pods on a node (-kube); then ipkeeper's plugin
 # against Calico's calico-ipam as CNI processes on one etcd and one node,
 # ADD and DEL in a row and from 16 at once (test/bench/calico/proc). The
 # module proxy serves neither Calico v3.32.1 nor github.com/projectcalico/api,
@@ -161,12 +163,14 @@ bench-etcd: build $(TOOLS_BIN)/host-local
 # CALICO_VERSION, once into ~/.cache/ipkeeper; without it only ipkeeper's
 # side of the library rows runs.
 # BENCH_CALICO_FLAGS="-scale 0.1" for a quick run;
-# BENCH_CALICO_PROC_FLAGS="-n 100 -conc-n 160" for a quick process run.
+# BENCH_CALICO_PROC_FLAGS="-n 100 -conc-n 160" for a quick process run;
+# BENCH_CALICO_KUBE_FLAGS="-kube-pods 10,100 -window 10" for a quick -kube run.
 CALICO_SRC              ?=
 CALICO_VERSION          ?= v3.32.1
 BENCH_CALICO_FLAGS      ?=
 BENCH_CALICO_PROC_FLAGS ?=
-bench-calico: build
+BENCH_CALICO_KUBE_FLAGS ?=
+bench-calico: build kube-apiserver
 	calico=""; ipam=""; \
 	if [[ -n "$(CALICO_SRC)" ]]; then \
 		calico=$$(CALICO_VERSION=$(CALICO_VERSION) test/bench/calico/side/build.sh "$(CALICO_SRC)") || \
@@ -175,6 +179,7 @@ bench-calico: build
 			echo "bench-calico: calico-ipam did not build (above); no process rows" >&2; \
 	fi; \
 	$(GO) run ./test/bench/calico -calico "$$calico" $(BENCH_CALICO_FLAGS) && \
+	IPKEEPER_KUBE_APISERVER=$$(scripts/kube-apiserver.sh) $(GO) run ./test/bench/calico -kube -calico "$$calico" $(BENCH_CALICO_KUBE_FLAGS) && \
 	if [[ -n "$$calico" && -n "$$ipam" ]]; then \
 		$(GO) run ./test/bench/calico/proc -ipkeeper $(BIN)/ipkeeper -calico-ipam "$$ipam" -calicoside "$$calico" $(BENCH_CALICO_PROC_FLAGS); \
 	fi

@@ -28,7 +28,24 @@
 // workload, and is compacted and defragmented between workloads).
 // Numbers are printed, never asserted.
 //
+// With -kube it measures the Kubernetes datastore instead: one real
+// kube-apiserver (internal/kubetest: its etcd in this process, the
+// project's CRDs and RBAC of deploy/) with Calico's CRDs
+// (libcalico-go/config/crd, crd.projectcalico.org/v1) applied beside
+// them; ipkeeper's store (internal/store/kube) and a new allocator per ADD
+// (which, as a plugin process, remembers no node object) on one side,
+// Calico's library on its Kubernetes backend (calicoside) on the other,
+// each through a counting proxy of its own. At each density of -kube-pods
+// (pods already on one fresh node, filled unmeasured), interleaved, it
+// makes -window dual-stack ADDs in a row, one at a time, and prints per
+// side the ADD p50, the bytes the API server stored per ADD (each object
+// a POST, PUT or PATCH of the ADD wrote, GET back whole as JSON,
+// managedFields included, once per write), the bytes of the request
+// bodies the side sent, and its write and read requests per ADD.
+//
 //	go run ./test/bench/calico [-calico BIN] [-scale 1] [-window 50]
+//	IPKEEPER_KUBE_APISERVER=$(scripts/kube-apiserver.sh) \
+//	  go run ./test/bench/calico -kube [-calico BIN] [-calico-crds DIR] [-kube-pods 10,100,500,2000] [-window 50]
 package main
 
 import (
@@ -51,6 +68,10 @@ var (
 	flagWindow = flag.Int("window", 50, "ADDs in a row measured at each density")
 	flagRawDur = flag.Duration("raw", 3*time.Second, "duration of the raw compare-and-swap measurement")
 	flagPrefix = flag.String("prefix", "/ipkeeper", "ipkeeper's etcd key prefix")
+	flagKube   = flag.Bool("kube", false, "measure the Kubernetes datastore (a real kube-apiserver) instead of etcd")
+	flagCRDs   = flag.String("calico-crds", "", "Calico's CRD directory for -kube (default: src/libcalico-go/config/crd beside the -calico binary)")
+	flagWarm   = flag.Bool("kube-warm", false, "-kube: one allocator for every ADD of ipkeeper's side (remembering the node object it wrote, as a long-lived caller) instead of one per ADD")
+	flagPods   = flag.String("kube-pods", "10,100,500,2000", "densities (pods already on the node) of -kube")
 )
 
 // workload is one row of the table.
@@ -81,6 +102,20 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	ctx := context.Background()
+	if *flagKube {
+		pods, err := parseDensities(*flagPods)
+		if err != nil {
+			log.Fatal(err)
+		}
+		crds := *flagCRDs
+		if crds == "" && *flagCalico != "" {
+			crds = defaultCRDDir(*flagCalico)
+		}
+		if err := runKube(ctx, *flagCalico, crds, pods, *flagWindow, *flagWarm); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	lockDir, err := os.MkdirTemp("", "calico-bench-lock-")
 	if err != nil {

@@ -57,6 +57,12 @@ type ipkeeperSide struct {
 	pfx   string
 	st    store.Store
 	alloc *allocator.Allocator
+	// sets are the range sets of every request: one pool (IPv4) on
+	// etcd, one IPv4 and one IPv6 pool on the Kubernetes datastore.
+	sets [][]string
+	// fresh makes each ADD use an allocator of its own, remembering no
+	// node object, as a plugin process does.
+	fresh bool
 	mu    sync.Mutex
 	held  map[string][]string // node -> handle IDs
 	seq   atomic.Int64
@@ -74,11 +80,24 @@ func newIpkeeperSide(ctx context.Context, endpoint, prefix string) (*ipkeeperSid
 	if err != nil {
 		return nil, fmt.Errorf("open ipkeeper's datastore: %w", err)
 	}
-	s := &ipkeeperSide{pfx: prefix, st: st, alloc: allocator.New(st, slog.New(slog.DiscardHandler)), held: map[string][]string{}}
-	pool := ipam.Pool{Name: "bench", CIDR: netip.MustParsePrefix(poolCIDR), BlockSize: blockSize}
-	if _, err := s.alloc.EnsurePool(ctx, pool); err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("ipkeeper pool: %w", err)
+	s, err := ipkeeperOn(ctx, st, ipam.Pool{Name: "bench", CIDR: netip.MustParsePrefix(poolCIDR), BlockSize: blockSize})
+	if err != nil {
+		return nil, err
+	}
+	s.pfx = prefix
+	return s, nil
+}
+
+// ipkeeperOn returns a side allocating on st one address of each pool
+// per ADD, after creating the pools; it closes st on failure.
+func ipkeeperOn(ctx context.Context, st store.Store, pools ...ipam.Pool) (*ipkeeperSide, error) {
+	s := &ipkeeperSide{st: st, alloc: allocator.New(st, slog.New(slog.DiscardHandler)), held: map[string][]string{}}
+	for _, p := range pools {
+		if _, err := s.alloc.EnsurePool(ctx, p); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("ipkeeper pool %s: %w", p.Name, err)
+		}
+		s.sets = append(s.sets, []string{p.Name})
 	}
 	return s, nil
 }
@@ -104,14 +123,18 @@ func (s *ipkeeperSide) request(node, ns string, k int64) allocator.Request {
 			Pod:         fmt.Sprintf("pod-%d", k),
 			PodUID:      uid,
 		},
-		Sets: [][]string{{"bench"}},
+		Sets: s.sets,
 	}
 }
 
 func (s *ipkeeperSide) add(ctx context.Context, a addSpec) (outcome, error) {
 	return runWorkers(a.Conc, a.N, func(w, i int) error {
 		node := a.Nodes[(w+i*a.Conc)%len(a.Nodes)]
-		h, err := s.alloc.Allocate(ctx, s.request(node, a.NS, s.seq.Add(1)))
+		alloc := s.alloc
+		if s.fresh {
+			alloc = allocator.New(s.st, slog.New(slog.DiscardHandler))
+		}
+		h, err := alloc.Allocate(ctx, s.request(node, a.NS, s.seq.Add(1)))
 		if err != nil {
 			return err
 		}
@@ -223,7 +246,12 @@ type calicoSide struct {
 // errSide means the Calico side process failed or answered nothing.
 var errSide = errors.New("calico side")
 
-func startCalico(ctx context.Context, bin, endpoint string) (*calicoSide, error) {
+func startCalico(_ context.Context, bin, endpoint string) (*calicoSide, error) {
+	return startCalicoWith(bin, map[string]any{"op": "setup", "endpoints": endpoint, "cidr": poolCIDR, "blockSize": blockSize})
+}
+
+// startCalicoWith starts the Calico side and sends it setup.
+func startCalicoWith(bin string, setup map[string]any) (*calicoSide, error) {
 	cmd := exec.Command(bin)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -239,7 +267,7 @@ func startCalico(ctx context.Context, bin, endpoint string) (*calicoSide, error)
 	}
 	c := &calicoSide{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 	c.out.Buffer(make([]byte, 1<<20), 64<<20)
-	o, v, err := c.ask(map[string]any{"op": "setup", "endpoints": endpoint, "cidr": poolCIDR, "blockSize": blockSize})
+	o, v, err := c.ask(setup)
 	if err == nil && o.Errors > 0 {
 		err = fmt.Errorf("%w: setup: %s", errSide, o.FirstErr)
 	}

@@ -1,7 +1,9 @@
 // Command calicoside drives Calico's IPAM library (libcalico-go's clientv3
-// on the etcdv3 backend) for test/bench/calico, one request per line of
-// standard input, one JSON answer per line of standard output. It allocates
-// as Calico's CNI IPAM plugin does: one IPv4 address per ADD, the plugin's
+// on the etcdv3 backend, or on the Kubernetes datastore when the setup
+// request names a kubeconfig) for test/bench/calico, one request per line
+// of standard input, one JSON answer per line of standard output. It
+// allocates as Calico's CNI IPAM plugin does: one IPv4 address per ADD (and
+// one IPv6 address too when the setup names an IPv6 pool), the plugin's
 // handle ID and attributes, under a per-node lock (the plugin's host-wide
 // IPAM lock file), and releases by handle under the same lock.
 //
@@ -27,23 +29,34 @@ import (
 	"github.com/projectcalico/calico/libcalico-go/lib/ipam"
 	"github.com/projectcalico/calico/libcalico-go/lib/options"
 	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // request is one line of standard input.
 //
 //	{"op":"setup","endpoints":"http://127.0.0.1:2379","cidr":"10.64.0.0/10","blockSize":26}
+//	{"op":"setup","kubeconfig":"/tmp/kc","cidr":"10.64.0.0/16","blockSize":26,"cidr6":"fd00:64::/64","blockSize6":122}
 //	{"op":"add","nodes":["n1"],"conc":4,"n":2000,"ns":"w1"}
 //	{"op":"release","conc":16}
 type request struct {
-	Op        string   `json:"op"`
-	Endpoints string   `json:"endpoints,omitempty"`
-	CIDR      string   `json:"cidr,omitempty"`
-	BlockSize int      `json:"blockSize,omitempty"`
-	Nodes     []string `json:"nodes,omitempty"`
-	Conc      int      `json:"conc,omitempty"`
-	N         int      `json:"n,omitempty"`
-	NS        string   `json:"ns,omitempty"`
+	Op        string `json:"op"`
+	Endpoints string `json:"endpoints,omitempty"`
+	// Kubeconfig selects the Kubernetes datastore (Calico's CRDs of
+	// crd.projectcalico.org/v1) instead of etcd.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	CIDR       string `json:"cidr,omitempty"`
+	BlockSize  int    `json:"blockSize,omitempty"`
+	// CIDR6 and BlockSize6, when set, add an IPv6 pool: every ADD then
+	// assigns one address of each family in one AutoAssign call.
+	CIDR6      string   `json:"cidr6,omitempty"`
+	BlockSize6 int      `json:"blockSize6,omitempty"`
+	Nodes      []string `json:"nodes,omitempty"`
+	Conc       int      `json:"conc,omitempty"`
+	N          int      `json:"n,omitempty"`
+	NS         string   `json:"ns,omitempty"`
 }
 
 // answer is one line of standard output: the latency of each successful
@@ -64,7 +77,11 @@ type answer struct {
 const maxBlocksPerHost = 1024
 
 type side struct {
-	cli   client.Interface
+	cli client.Interface
+	// kube is set on the Kubernetes datastore, where Calico's Node is the
+	// Kubernetes Node.
+	kube  kubernetes.Interface
+	dual  bool
 	locks sync.Map // node -> *sync.Mutex, the plugin's host-wide IPAM lock
 	mu    sync.Mutex
 	held  map[string][]string // node -> handle IDs
@@ -79,9 +96,15 @@ func (s *side) ensureNodes(ctx context.Context, names []string) error {
 		if s.nodes[name] {
 			continue
 		}
-		n := internalapi.NewNode()
-		n.Name = name
-		if _, err := s.cli.Nodes().Create(ctx, n, options.SetOptions{}); err != nil {
+		var err error
+		if s.kube != nil {
+			_, err = s.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		} else {
+			n := internalapi.NewNode()
+			n.Name = name
+			_, err = s.cli.Nodes().Create(ctx, n, options.SetOptions{})
+		}
+		if err != nil {
 			return fmt.Errorf("create node %s: %w", name, err)
 		}
 		s.nodes[name] = true
@@ -98,8 +121,24 @@ func (s *side) lock(node string) func() {
 
 func (s *side) setup(ctx context.Context, r request) error {
 	cfg := apiconfig.NewCalicoAPIConfig()
-	cfg.Spec.DatastoreType = apiconfig.EtcdV3
-	cfg.Spec.EtcdEndpoints = r.Endpoints
+	if r.Kubeconfig != "" {
+		cfg.Spec.DatastoreType = apiconfig.Kubernetes
+		cfg.Spec.Kubeconfig = r.Kubeconfig
+		cfg.Spec.CalicoAPIGroup = "crd.projectcalico.org/v1"
+		// The library's default (5 requests/s) would make the
+		// benchmark measure client-side throttling.
+		cfg.Spec.K8sClientQPS, cfg.Spec.K8sClientBurst = 1000, 1000
+		rc, err := clientcmd.BuildConfigFromFlags("", r.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
+		if s.kube, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+	} else {
+		cfg.Spec.DatastoreType = apiconfig.EtcdV3
+		cfg.Spec.EtcdEndpoints = r.Endpoints
+	}
 	cli, err := client.New(*cfg)
 	if err != nil {
 		return fmt.Errorf("calico client: %w", err)
@@ -107,17 +146,28 @@ func (s *side) setup(ctx context.Context, r request) error {
 	s.cli = cli
 	s.held = map[string][]string{}
 	s.nodes = map[string]bool{}
+	if err := s.createPool(ctx, "bench", r.CIDR, r.BlockSize); err != nil {
+		return err
+	}
+	if r.CIDR6 != "" {
+		s.dual = true
+		return s.createPool(ctx, "bench6", r.CIDR6, r.BlockSize6)
+	}
+	return nil
+}
+
+func (s *side) createPool(ctx context.Context, name, cidr string, blockSize int) error {
 	pool := &v3.IPPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v3.IPPoolSpec{
-			CIDR:         r.CIDR,
-			BlockSize:    r.BlockSize,
+			CIDR:         cidr,
+			BlockSize:    blockSize,
 			NodeSelector: "all()",
 			AllowedUses:  []v3.IPPoolAllowedUse{v3.IPPoolAllowedUseWorkload},
 		},
 	}
-	if _, err := cli.IPPools().Create(ctx, pool, options.SetOptions{}); err != nil {
-		return fmt.Errorf("create pool: %w", err)
+	if _, err := s.cli.IPPools().Create(ctx, pool, options.SetOptions{}); err != nil {
+		return fmt.Errorf("create pool %s: %w", name, err)
 	}
 	return nil
 }
@@ -175,8 +225,13 @@ func (s *side) add(ctx context.Context, r request) answer {
 func (s *side) addOne(ctx context.Context, node, handle, ns, pod string) error {
 	unlock := s.lock(node)
 	defer unlock()
-	v4, _, err := s.cli.IPAM().AutoAssign(ctx, ipam.AutoAssignArgs{
+	num6 := 0
+	if s.dual {
+		num6 = 1
+	}
+	v4, v6, err := s.cli.IPAM().AutoAssign(ctx, ipam.AutoAssignArgs{
 		Num4:             1,
+		Num6:             num6,
 		HandleID:         &handle,
 		Hostname:         node,
 		MaxBlocksPerHost: maxBlocksPerHost,
@@ -193,6 +248,9 @@ func (s *side) addOne(ctx context.Context, node, handle, ns, pod string) error {
 	}
 	if v4 == nil || len(v4.IPs) != 1 {
 		return fmt.Errorf("no address assigned for %s", handle)
+	}
+	if s.dual && (v6 == nil || len(v6.IPs) != 1) {
+		return fmt.Errorf("no IPv6 address assigned for %s", handle)
 	}
 	return nil
 }
