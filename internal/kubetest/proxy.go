@@ -78,7 +78,9 @@ func (p *Proxy) Watches() int {
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	watch := r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
 	p.mu.Lock()
-	deny, gone := p.deny, watch && p.gone > 0
+	// A refused request never takes an expiry: the next WATCH that
+	// reaches the proxy while it serves does.
+	deny, gone := p.deny, watch && !p.deny && p.gone > 0
 	if gone {
 		p.gone--
 	} else if watch && !deny {
