@@ -211,3 +211,30 @@ func seq(from, to int) []int {
 	}
 	return s
 }
+
+// TestDecodeOverlappingBlocks: an address in two overlapping blocks of
+// one pool is the first block's, whatever block the record before it
+// used.
+func TestDecodeOverlappingBlocks(t *testing.T) {
+	small, big := netip.MustParsePrefix("10.0.1.0/26"), netip.MustParsePrefix("10.0.0.0/23")
+	spec := store.NodeSpec{
+		Blocks: []store.BlockSpec{
+			{Pool: "p", CIDR: small, Free: "0-4,6-63"},
+			{Pool: "p", CIDR: big, Free: "0-4,6-511"},
+		},
+		Handles: []store.HandleSpec{
+			{ID: "n.a.eth0", IPs: []store.AddrSpec{{Addr: netip.MustParseAddr("10.0.0.5"), Pool: "p"}}},
+			{ID: "n.b.eth0", IPs: []store.AddrSpec{{Addr: netip.MustParseAddr("10.0.1.5"), Pool: "p"}}},
+		},
+	}
+	n, err := store.DecodeNode("node-a", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Handles[0].IPs[0].Block; got != big {
+		t.Errorf("10.0.0.5 in block %s, want %s", got, big)
+	}
+	if got := n.Handles[1].IPs[0].Block; got != small {
+		t.Errorf("10.0.1.5 in block %s, want %s (the first holding it)", got, small)
+	}
+}
