@@ -72,6 +72,11 @@ func EncodeNode(n Node) (NodeSpec, error) {
 	if err := n.Validate(); err != nil {
 		return NodeSpec{}, err
 	}
+	return encodeNode(n), nil
+}
+
+// encodeNode is EncodeNode without the validation.
+func encodeNode(n Node) NodeSpec {
 	spec := NodeSpec{Blocks: make([]BlockSpec, len(n.Blocks)), Handles: make([]HandleSpec, len(n.Handles))}
 	// Every record's addresses, in one allocation.
 	nIPs := 0
@@ -94,7 +99,7 @@ func EncodeNode(n Node) (NodeSpec, error) {
 	for _, l := range n.Loans {
 		spec.Loans = append(spec.Loans, LoanSpec(l))
 	}
-	return spec, nil
+	return spec
 }
 
 // EncodeHandle returns the stored form of record h of node object node.
@@ -126,6 +131,18 @@ func MarshalNode(n Node) ([]byte, error) {
 		return nil, err
 	}
 	// appendNodeSpec writes what json.Marshal(spec) does, faster.
+	return appendNodeSpec(make([]byte, 0, nodeSpecSizeHint(&spec)), &spec)
+}
+
+// MarshalStored is MarshalNode of a node object as a backend read or
+// wrote it, without validating it again: its read validated it whole,
+// its write what changed (Changes). An object never stored is validated.
+// What it writes is decoded by UnmarshalNode, which validates it whole.
+func MarshalStored(n Node) ([]byte, error) {
+	if n.stored == nil {
+		return MarshalNode(n)
+	}
+	spec := encodeNode(n)
 	return appendNodeSpec(make([]byte, 0, nodeSpecSizeHint(&spec)), &spec)
 }
 
