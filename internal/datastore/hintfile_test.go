@@ -1,8 +1,11 @@
 package datastore
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -306,6 +309,27 @@ func TestHintFileRefused(t *testing.T) {
 		{"garbage", func() { _ = os.RemoveAll(path); _ = os.WriteFile(path, []byte("not a hint"), 0o600) }},
 		{"torn", func() { _ = os.Remove(path); _ = os.WriteFile(path, good[:len(good)/2], 0o600) }},
 		{"other node", func() { _ = os.Remove(path); _ = os.WriteFile(path, good, 0o600) }},
+		{"an address held twice", func() {
+			// The current hint, its node object with a second record
+			// holding the first record's addresses.
+			h.add("node-a", "current")
+			cur, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, value, _ := bytes.Cut(cur, []byte{'\n'})
+			var node map[string]any
+			if err := json.Unmarshal(value, &node); err != nil {
+				t.Fatal(err)
+			}
+			hs := node["handles"].([]any)
+			twin := maps.Clone(hs[0].(map[string]any))
+			twin["id"] = "net.twin.eth0"
+			node["handles"] = append(hs, twin)
+			value, _ = json.Marshal(node)
+			_ = os.Remove(path)
+			_ = os.WriteFile(path, append(append(line, '\n'), value...), 0o600)
+		}},
 	}
 	for i, tc := range cases {
 		tc.plant()

@@ -84,16 +84,19 @@ func CanonicalID(h Handle) (string, bool) {
 // false for IDs HandleID does not make (not three dot-separated parts, or
 // an escape other than "%25" and "%2E").
 func ParseHandleID(id string) (network, containerID, ifname string, ok bool) {
-	parts := strings.Split(id, ".")
-	if len(parts) != 3 {
+	network, rest, cut1 := strings.Cut(id, ".")
+	containerID, ifname, cut2 := strings.Cut(rest, ".")
+	if !cut1 || !cut2 || strings.IndexByte(ifname, '.') >= 0 {
 		return "", "", "", false
 	}
-	for i, p := range parts {
-		if parts[i], ok = unescapePart(p); !ok {
-			return "", "", "", false
-		}
+	var ok1, ok2, ok3 bool
+	network, ok1 = unescapePart(network)
+	containerID, ok2 = unescapePart(containerID)
+	ifname, ok3 = unescapePart(ifname)
+	if !ok1 || !ok2 || !ok3 {
+		return "", "", "", false
 	}
-	return parts[0], parts[1], parts[2], true
+	return network, containerID, ifname, true
 }
 
 func escapePart(s string) string {

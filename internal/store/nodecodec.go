@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +72,11 @@ func EncodeNode(n Node) (NodeSpec, error) {
 	if err := n.Validate(); err != nil {
 		return NodeSpec{}, err
 	}
+	return encodeNode(n), nil
+}
+
+// encodeNode is EncodeNode without the validation.
+func encodeNode(n Node) NodeSpec {
 	spec := NodeSpec{Blocks: make([]BlockSpec, len(n.Blocks)), Handles: make([]HandleSpec, len(n.Handles))}
 	// Every record's addresses, in one allocation.
 	nIPs := 0
@@ -92,7 +99,7 @@ func EncodeNode(n Node) (NodeSpec, error) {
 	for _, l := range n.Loans {
 		spec.Loans = append(spec.Loans, LoanSpec(l))
 	}
-	return spec, nil
+	return spec
 }
 
 // EncodeHandle returns the stored form of record h of node object node.
@@ -127,6 +134,18 @@ func MarshalNode(n Node) ([]byte, error) {
 	return appendNodeSpec(make([]byte, 0, nodeSpecSizeHint(&spec)), &spec)
 }
 
+// MarshalStored is MarshalNode of a node object as a backend read or
+// wrote it, without validating it again: its read validated it whole,
+// its write what changed (Changes). An object never stored is validated.
+// What it writes is decoded by UnmarshalNode, which validates it whole.
+func MarshalStored(n Node) ([]byte, error) {
+	if n.stored == nil {
+		return MarshalNode(n)
+	}
+	spec := encodeNode(n)
+	return appendNodeSpec(make([]byte, 0, nodeSpecSizeHint(&spec)), &spec)
+}
+
 // DecodeNode rebuilds the node object name from its stored form: block
 // owners from the handle records, each address's block from the object's
 // blocks. A spec that does not make a valid node object is refused with an
@@ -143,6 +162,7 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 		nIPs += len(hs.IPs)
 	}
 	ips := make([]ipam.HandleIP, 0, nIPs)
+	var last []int
 	for i, bs := range spec.Blocks {
 		if !bs.CIDR.IsValid() || bs.CIDR != bs.CIDR.Masked() || bs.CIDR.Addr().BitLen()-bs.CIDR.Bits() > ipam.MaxBlockHostBits {
 			return Node{}, corrupt("block %q of pool %q: not a masked prefix of at most 2^%d addresses", bs.CIDR, bs.Pool, ipam.MaxBlockHostBits)
@@ -154,6 +174,7 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 		}
 		n.Blocks[i] = ipam.Block{CIDR: bs.CIDR, Pool: bs.Pool, Node: name, Free: free}
 	}
+	overlap := overlapping(n.Blocks)
 	for i, hs := range spec.Handles {
 		h := ipam.Handle{ID: hs.ID, Node: hs.Node, NetNS: hs.NetNS, Namespace: hs.Namespace, Pod: hs.Pod, PodUID: hs.PodUID, Sticky: hs.Sticky, Created: hs.Created, Parked: hs.Parked}
 		if h.Node == "" {
@@ -172,11 +193,14 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 		h.IPs = ips[start:len(ips):len(ips)]
 		for j, a := range hs.IPs {
 			h.IPs[j] = ipam.HandleIP{Addr: a.Addr, Pool: a.Pool}
-			for bi := range n.Blocks {
+			// The block of the previous record's j-th address first:
+			// records are mostly in the order their blocks filled.
+			if j == len(last) {
+				last = append(last, 0)
+			}
+			if bi := blockOf(n.Blocks, a, last[j], overlap); bi >= 0 {
+				last[j] = bi
 				b := &n.Blocks[bi]
-				if b.Pool != a.Pool || !b.CIDR.Contains(a.Addr) {
-					continue
-				}
 				h.IPs[j].Block = b.CIDR
 				ord, _ := b.Ordinal(a.Addr)
 				if b.Owners == nil {
@@ -188,7 +212,6 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 					return Node{}, corrupt("%s held by handles %q and %q", a.Addr, other, hs.ID)
 				}
 				b.Owners[ord] = hs.ID
-				break
 			}
 		}
 		n.Handles[i] = h
@@ -200,6 +223,34 @@ func DecodeNode(name string, spec NodeSpec) (Node, error) {
 		return Node{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return n, nil
+}
+
+// blockOf returns the index of the first block of blocks holding a; -1
+// when none does. Unless two blocks of a pool overlap (where the first
+// must win), it looks at blocks[hint] first.
+func blockOf(blocks []ipam.Block, a AddrSpec, hint int, overlap bool) int {
+	if !overlap && hint < len(blocks) && blocks[hint].Pool == a.Pool && blocks[hint].CIDR.Contains(a.Addr) {
+		return hint
+	}
+	for i := range blocks {
+		if blocks[i].Pool == a.Pool && blocks[i].CIDR.Contains(a.Addr) {
+			return i
+		}
+	}
+	return -1
+}
+
+// overlapping reports whether two blocks of one pool overlap.
+func overlapping(blocks []ipam.Block) bool {
+	sorted := slices.SortedFunc(slices.Values(blocks), func(a, b ipam.Block) int {
+		return cmp.Or(strings.Compare(a.Pool, b.Pool), a.CIDR.Addr().Compare(b.CIDR.Addr()))
+	})
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Pool == sorted[i-1].Pool && sorted[i-1].CIDR.Overlaps(sorted[i].CIDR) {
+			return true
+		}
+	}
+	return false
 }
 
 // UnmarshalNode is DecodeNode of JSON.

@@ -211,3 +211,56 @@ func seq(from, to int) []int {
 	}
 	return s
 }
+
+// TestDecodeOverlappingBlocks: an address in two overlapping blocks of
+// one pool is the first block's, whatever block the record before it
+// used.
+func TestDecodeOverlappingBlocks(t *testing.T) {
+	small, big := netip.MustParsePrefix("10.0.1.0/26"), netip.MustParsePrefix("10.0.0.0/23")
+	spec := store.NodeSpec{
+		Blocks: []store.BlockSpec{
+			{Pool: "p", CIDR: small, Free: "0-4,6-63"},
+			{Pool: "p", CIDR: big, Free: "0-4,6-511"},
+		},
+		Handles: []store.HandleSpec{
+			{ID: "n.a.eth0", IPs: []store.AddrSpec{{Addr: netip.MustParseAddr("10.0.0.5"), Pool: "p"}}},
+			{ID: "n.b.eth0", IPs: []store.AddrSpec{{Addr: netip.MustParseAddr("10.0.1.5"), Pool: "p"}}},
+		},
+	}
+	n, err := store.DecodeNode("node-a", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Handles[0].IPs[0].Block; got != big {
+		t.Errorf("10.0.0.5 in block %s, want %s", got, big)
+	}
+	if got := n.Handles[1].IPs[0].Block; got != small {
+		t.Errorf("10.0.1.5 in block %s, want %s (the first holding it)", got, small)
+	}
+}
+
+// TestMarshalStored: a stored object is encoded as MarshalNode encodes
+// it; one never stored is validated first.
+func TestMarshalStored(t *testing.T) {
+	spec := store.NodeSpec{
+		Blocks:  []store.BlockSpec{{Pool: "p", CIDR: netip.MustParsePrefix("10.0.0.0/30"), Free: "1-3"}},
+		Handles: []store.HandleSpec{{ID: "n.a.eth0", IPs: []store.AddrSpec{{Addr: netip.MustParseAddr("10.0.0.0"), Pool: "p"}}}},
+	}
+	n, err := store.DecodeNode("node-a", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := store.MarshalNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.MarshalStored(store.AsStored(n, store.Parts{Head: "1"}))
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("MarshalStored = %s, %v; want %s", got, err, want)
+	}
+	bad := n
+	bad.Handles = []ipam.Handle{n.Handles[0], n.Handles[0]}
+	if b, err := store.MarshalStored(bad); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("MarshalStored of a record held twice, never stored = %s, %v; want ErrInvalid", b, err)
+	}
+}

@@ -93,16 +93,18 @@ func ParseRecord(s string) (HandleSpec, error) {
 	bad := func(format string, args ...any) (HandleSpec, error) {
 		return HandleSpec{}, fmt.Errorf("%w %q: %s", ErrRecord, s, fmt.Sprintf(format, args...))
 	}
-	fields := strings.Split(s, " ")
-	if len(fields) < 2 {
+	id, rest, ok := strings.Cut(s, " ")
+	if !ok {
 		return bad("want an ID and addresses")
 	}
+	ips, rest, more := strings.Cut(rest, " ")
 	var h HandleSpec
 	var err error
-	if h.ID, err = unescape(fields[0]); err != nil || h.ID == "" {
+	if h.ID, err = unescape(id); err != nil || h.ID == "" {
 		return bad("handle ID: %v", orEmpty(err))
 	}
-	for ip := range strings.SplitSeq(fields[1], ",") {
+	h.IPs = make([]AddrSpec, 0, strings.Count(ips, ",")+1)
+	for ip := range strings.SplitSeq(ips, ",") {
 		addr, pool, ok := strings.Cut(ip, "@")
 		if !ok {
 			return bad("address %q: want <addr>@<pool>", ip)
@@ -118,7 +120,9 @@ func ParseRecord(s string) (HandleSpec, error) {
 		h.IPs = append(h.IPs, AddrSpec{Addr: a, Pool: p})
 	}
 	next := 0 // index in recordKeys of the next key allowed
-	for _, f := range fields[2:] {
+	for more {
+		var f string
+		f, rest, more = strings.Cut(rest, " ")
 		key, raw, ok := strings.Cut(f, "=")
 		i := indexFrom(recordKeys, next, key)
 		if !ok || i < 0 {

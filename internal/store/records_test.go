@@ -74,6 +74,8 @@ func TestRecordRefused(t *testing.T) {
 		{"a.b.c 10.0.0.1@p color=red", "in that order"},
 		{"a.b.c 10.0.0.1@p pod", "in that order"},
 		{"a.b.c 10.0.0.1@p  pod=x", "in that order"},
+		{"a.b.c 10.0.0.1@p ", "in that order"},
+		{"a.b.c 10.0.0.1@p pod=x ", "in that order"},
 		{"a.b.c 10.0.0.1@p pod=", "pod: empty"},
 		{"a.b.c 10.0.0.1@p pod=%2", "without two hex digits"},
 		{"a.b.c 10.0.0.1@p pod=%zz", "without two hex digits"},

@@ -194,7 +194,7 @@ func (s *Store) Tracked() (NodeHint, bool) {
 	defer s.track.mu.Unlock()
 	if n := s.track.pending; n != nil {
 		s.track.pending = nil
-		val, err := store.MarshalNode(*n)
+		val, err := store.MarshalStored(*n)
 		if err != nil {
 			s.track.hint.Version, s.track.hint.Value = "", nil
 			s.track.ok = false

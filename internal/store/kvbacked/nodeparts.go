@@ -45,8 +45,9 @@ func decodeParts(name string, es []kv.KeyValue) (store.Node, error) {
 		return fmt.Errorf("%w: node object %q: %s: %v", store.ErrCorrupt, name, key, err)
 	}
 	prefix := nodePartsPrefix(name)
-	var spec store.NodeSpec
-	parts := store.Parts{Blocks: map[store.BlockRef]store.Version{}, Records: map[string]store.Version{}}
+	// Records are most of the parts.
+	spec := store.NodeSpec{Handles: make([]store.HandleSpec, 0, len(es))}
+	parts := store.Parts{Blocks: map[store.BlockRef]store.Version{}, Records: make(map[string]store.Version, len(es))}
 	var head int64
 	for _, e := range es {
 		part := strings.TrimPrefix(e.Key, prefix)
@@ -73,7 +74,7 @@ func decodeParts(name string, es []kv.KeyValue) (store.Node, error) {
 			if err != nil {
 				return store.Node{}, corrupt(e.Key, err)
 			}
-			if recordKey(name, h.ID) != e.Key {
+			if !strings.HasPrefix(e.Key, prefix) || part[len(recordPart):] != h.ID {
 				return store.Node{}, corrupt(e.Key, fmt.Errorf("record of handle %q stored under another key", h.ID))
 			}
 			spec.Handles = append(spec.Handles, h)
