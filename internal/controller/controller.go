@@ -125,6 +125,7 @@ type Controller struct {
 	handles leaks.Tracker
 	nodes   leaks.Tracker
 	orphans leaks.Tracker
+	loans   leaks.Tracker // loans without a record (loans.go)
 	sticky  stickyState
 	usable  map[string]uint64 // pool definition -> usable addresses
 	// poolHist is what the pool metrics keep between passes.
@@ -263,6 +264,7 @@ func (c *Controller) resetTrackers() {
 	c.handles = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.nodes = leaks.Tracker{Grace: c.cfg.LeakGrace}
 	c.orphans = leaks.Tracker{Grace: c.cfg.LeakGrace}
+	c.loans = leaks.Tracker{Grace: c.loanGrace()}
 	c.resetSticky()
 	c.stallsSeen = c.guard.count()
 }
@@ -413,6 +415,7 @@ func (c *Controller) Pass(ctx context.Context) (next time.Time, err error) {
 		return next, err
 	}
 	next = earliest(next, c.stickyPass(ctx, a, snap.Handles, stickyLeaks, now))
+	next = earliest(next, c.loanPass(ctx, st, sv))
 	c.poolMetrics(snap, now)
 	return next, nil
 }
