@@ -156,3 +156,8 @@ func start(bin string) (s *Server, err error) {
 	}
 	return s, nil
 }
+
+// EtcdEndpoint is the client URL of the API server's etcd, for tools that
+// write objects the API server then reads (its keys are under /registry,
+// core objects stored as protobuf).
+func (s *Server) EtcdEndpoint() string { return s.etcd.Endpoint }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store"
@@ -34,18 +36,33 @@ import (
 // this backend is one compare-and-swap per object, whose intermediate
 // states are the contract's crash points (docs/STORAGE.md).
 //
+// Each WATCH is a watch-list from its resourceVersion (sendInitialEvents,
+// resourceVersionMatch=NotOlderThan): the API server first sends every
+// object as it is then (at that resourceVersion or later), which the
+// watcher compares with what it holds — an object at the version held is
+// no change, one held and not sent was deleted — then the changes in
+// order. The API server gzips a watch-list's stream for a client that
+// accepts gzip (Kubernetes 1.37, WatchListCompression) and not a WATCH
+// from a resourceVersion, whose every event is a whole object: a pod's
+// ADD or DEL changes two blocks of up to 64 records, about 10 KB each,
+// which gzip about ninefold. An API server that refuses watch-lists (400
+// or 422) is sent regular WATCHes.
+//
 // The view's Revision is the three resourceVersions ("p=<rv>,b=<rv>,n=<rv>"),
 // each moved by its stream's events and bookmarks; a broken watch
-// resumes each stream from its own. The API server answers 410 Gone for
-// a resourceVersion older than its watch cache (after a restart, or
-// after more changes than the cache holds): Watch then fails with
-// storeview.ErrExpired and the view lists again. A Watcher is used by one
-// View (one goroutine) at a time.
+// resumes each stream from its own. The API server answers a regular
+// WATCH 410 Gone for a resourceVersion older than its watch cache (after
+// a restart, or after more changes than the cache holds): Watch then
+// fails with storeview.ErrExpired and the view lists again. A Watcher is
+// used by one View (one goroutine) at a time.
 type Watcher struct {
 	s *Store
 	// hc is the store's HTTP client without its per-request timeout
 	// (Config.Timeout), which would cut every WATCH.
 	hc *http.Client
+	// plainWatch: the API server refused a watch-list; regular WATCHes
+	// from a resourceVersion only.
+	plainWatch atomic.Bool
 
 	pools  map[string]string          // IPAMPool name -> pool name
 	blocks map[string]storedBlock     // IPAMBlock name -> claim and state
@@ -203,6 +220,8 @@ func (w *Watcher) Watch(ctx context.Context, from storeview.Revision, fn func(st
 		go w.stream(ctx, s.k, s.rv, items)
 	}
 	started := 0
+	// seen: of a watch-list's initial objects so far, the names, by kind.
+	seen := map[kind]map[string]bool{}
 	for {
 		var it streamItem
 		select {
@@ -214,8 +233,21 @@ func (w *Watcher) Watch(ctx context.Context, from storeview.Revision, fn func(st
 		case it.err != nil:
 			return it.err
 		case it.started:
-			if started++; started == 3 {
-				fn(storeview.Batch{Rev: storeview.Revision(rev.String()), Current: true})
+			seen[it.k] = map[string]bool{}
+			if it.first {
+				if started++; started == 3 {
+					fn(storeview.Batch{Rev: storeview.Revision(rev.String()), Current: true})
+				}
+			}
+			continue
+		case it.initial:
+			// An object as it is at the stream's resourceVersion or
+			// later: a change only when its version is not the one held.
+			// The stream's resourceVersion moves at the initial
+			// objects' end.
+			seen[it.k][it.obj.Metadata.Name] = true
+			if !w.holds(it.k, it.obj) {
+				fn(storeview.Batch{Rev: storeview.Revision(rev.String()), Events: w.apply(ctx, it)})
 			}
 			continue
 		}
@@ -228,11 +260,59 @@ func (w *Watcher) Watch(ctx context.Context, from storeview.Revision, fn func(st
 			rev.nodes = it.rv
 		}
 		b := storeview.Batch{Rev: storeview.Revision(rev.String())}
-		if it.typ != "BOOKMARK" {
+		switch {
+		case it.initialEnd:
+			// Objects held but not sent again were deleted meanwhile.
+			b.Events = w.vanished(ctx, it.k, seen[it.k])
+		case it.typ != "BOOKMARK":
 			b.Events = w.apply(ctx, it)
 		}
 		fn(b)
 	}
+}
+
+// holds reports whether the watcher holds object o of k readable at o's
+// resourceVersion (a pool's version is not kept: never).
+func (w *Watcher) holds(k kind, o *object) bool {
+	v := store.Version(o.Metadata.ResourceVersion)
+	switch k {
+	case kindBlock:
+		b, ok := w.blocks[o.Metadata.Name]
+		return ok && b.version == v
+	case kindNode:
+		h, ok := w.heads[o.Metadata.Name]
+		return ok && h.version == v
+	}
+	return false
+}
+
+// vanished deletes the objects of k the watcher holds, readable or not,
+// that are not in seen (a watch-list's initial objects), and returns the
+// view's events it makes.
+func (w *Watcher) vanished(ctx context.Context, k kind, seen map[string]bool) []storeview.Event {
+	var names []string
+	prefix := "head/"
+	switch k {
+	case kindPool:
+		names, prefix = slices.Collect(maps.Keys(w.pools)), "pool/"
+	case kindBlock:
+		names, prefix = slices.Collect(maps.Keys(w.blocks)), "block/"
+	default:
+		names = slices.Collect(maps.Keys(w.heads))
+	}
+	for key := range w.bad {
+		if name, ok := strings.CutPrefix(key, prefix); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var evs []storeview.Event
+	for _, name := range slices.Compact(names) {
+		if !seen[name] {
+			evs = append(evs, w.apply(ctx, streamItem{k: k, typ: "DELETED", obj: &object{Metadata: meta{Name: name}}})...)
+		}
+	}
+	return evs
 }
 
 // apply applies one WATCH event to the watcher's objects and returns the

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
@@ -219,19 +224,27 @@ func TestWatcherFollows(t *testing.T) {
 // TestWatcherConnectionCut: a view whose connection to the API server is
 // cut is not synced until its WATCHes, resumed from the resourceVersions
 // it holds (events' and bookmarks'), are accepted again; it then holds the
-// changes made while it was cut off, follows those after, and has not
-// listed again.
+// changes made while it was cut off (a node object deleted then is one
+// the resumed watch-list no longer sends), follows those after, and has
+// not listed again.
 func TestWatcherConnectionCut(t *testing.T) {
 	r := newWatchRig(t, kubetest.Require(t, srv))
 	r.allocate(t, "node-a", "first")
 	v := storeview.New(r.viewed.Watcher(), nil)
 	runView(t, v)
+	gone, err := r.direct.CreateNode(t.Context(), store.Node{Name: "node-gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	converge(t, v, r.direct)
 	watches := r.proxy.Watches()
 
 	r.proxy.Refuse(true)
 	r.proxy.Cut()
 	waitView(t, v, "not synced", func() bool { return !v.Synced() })
+	if err := r.direct.DeleteNode(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
 	if !errors.Is(v.Err(), store.ErrUnavailable) {
 		t.Errorf("the view's error after the cut: %v, want store.ErrUnavailable", v.Err())
 	}
@@ -261,11 +274,14 @@ func TestWatcherConnectionCut(t *testing.T) {
 	if r.proxy.Watches() <= watches {
 		t.Errorf("no WATCH was sent again after the cut")
 	}
+	if _, ok := v.Node("node-gone"); ok {
+		t.Error("the view holds node-gone, deleted while it was cut off")
+	}
 }
 
-// TestWatcherExpired: a WATCH from a resourceVersion the API server's
-// watch cache does not hold fails with storeview.ErrExpired (a real 410
-// Gone), and a view whose resumed WATCH is answered so lists again, is
+// TestWatcherExpired: a regular WATCH from a resourceVersion the API
+// server's watch cache does not hold fails with storeview.ErrExpired (a
+// real 410 Gone), and a view whose resumed WATCH is answered so lists again, is
 // not synced until it has, and then holds the store's state.
 func TestWatcherExpired(t *testing.T) {
 	r := newWatchRig(t, kubetest.Require(t, srv))
@@ -278,6 +294,7 @@ func TestWatcherExpired(t *testing.T) {
 	if len(st.Nodes) != 1 || len(st.Claims) != 2 || len(st.Pools) != 2 {
 		t.Fatalf("list: %d nodes, %d claims, %d pools; want 1, 2, 2", len(st.Nodes), len(st.Claims), len(st.Pools))
 	}
+	w.plainWatch.Store(true) // a regular WATCH; a watch-list is never too old
 	err = w.Watch(t.Context(), "p=2,b=2,n=2", func(storeview.Batch) {})
 	if !errors.Is(err, storeview.ErrExpired) {
 		t.Fatalf("Watch from resourceVersion 2: %v, want ErrExpired", err)
@@ -342,4 +359,50 @@ func TestWatcherAPIServerRestart(t *testing.T) {
 func holds(n store.Node, id string) bool {
 	_, ok := n.Handle(id)
 	return ok
+}
+
+// refuseWatchList answers every watch-list 422, as an API server without
+// the WatchList feature does, and passes the rest on.
+type refuseWatchList struct {
+	next    http.RoundTripper
+	refused atomic.Int64
+}
+
+func (rt *refuseWatchList) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Query().Get("sendInitialEvents") != "true" {
+		return rt.next.RoundTrip(req)
+	}
+	rt.refused.Add(1)
+	body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422,` +
+		`"message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}`
+	return &http.Response{StatusCode: http.StatusUnprocessableEntity, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+}
+
+// TestWatcherWithoutWatchList: against an API server that refuses
+// watch-lists (422), the view follows the store by regular WATCHes.
+func TestWatcherWithoutWatchList(t *testing.T) {
+	s := kubetest.Require(t, srv)
+	r := newWatchRig(t, s)
+	rt := &refuseWatchList{}
+	cfg := rest.CopyConfig(s.Config)
+	cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper { rt.next = next; return rt }
+	viewed, err := NewForConfig(cfg, r.direct.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { viewed.Close() })
+	r.allocate(t, "node-a", "first")
+	w := viewed.Watcher()
+	v := storeview.New(w, nil)
+	runView(t, v)
+	converge(t, v, r.direct)
+	h := r.allocate(t, "node-b", "second")
+	converge(t, v, r.direct)
+	if n, _ := v.Node("node-b"); !holds(n, h.ID) {
+		t.Errorf("the view lacks %s", h.ID)
+	}
+	if rt.refused.Load() == 0 || !w.plainWatch.Load() {
+		t.Errorf("%d watch-lists refused, plain watches %v; want some refused and plain watches", rt.refused.Load(), w.plainWatch.Load())
+	}
 }

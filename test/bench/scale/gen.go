@@ -99,31 +99,29 @@ func (c *cluster) generate(ctx context.Context, nodes, perNode, conc int) error 
 	for i := range c.nodes {
 		c.nodes[i] = nodeName(i)
 	}
-	if err := parallel(ctx, nodes, conc, func(i int) error {
-		_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.nodes[i]}}, metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		return fmt.Errorf("create nodes: %w", err)
-	}
-	all := make([]pod, nodes*perNode)
-	var done atomic.Int64
-	if err := parallel(ctx, len(all), conc, func(i int) error {
-		node := c.nodes[i/perNode]
-		p, err := c.createPod(ctx, node, fmt.Sprintf("p-%s-%03d", node[len("node-"):], i%perNode))
-		if err != nil {
+	var all []pod
+	if *flagDirect {
+		var rev int64
+		var err error
+		if all, rev, err = c.writeDirect(ctx, perNode, conc); err != nil {
+			return fmt.Errorf("write Node and Pod objects into etcd: %w", err)
+		}
+		tw := time.Now()
+		fmt.Printf("  %d Node and %d Pod objects written into the API server's etcd (%d a transaction, %d at a time) in %v: %.0f objects/s\n",
+			nodes, len(all), directBatch, conc, tw.Sub(t0).Round(time.Millisecond), float64(nodes+len(all))/tw.Sub(t0).Seconds())
+		if err := c.waitListed(ctx, rev, nodes, len(all)); err != nil {
 			return err
 		}
-		all[i] = p
-		if n := done.Add(1); n%50000 == 0 {
-			fmt.Printf("  %d pods created (%v)\n", n, time.Since(t0).Round(time.Second))
+		fmt.Printf("  the API server lists them %v later\n", time.Since(tw).Round(time.Millisecond))
+	} else {
+		var err error
+		if all, err = c.createThroughAPI(ctx, perNode, conc); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("create pods: %w", err)
 	}
 	t1 := time.Now()
-	fmt.Printf("  %d Node and %d Pod objects created through the API (concurrency %d) in %v: %.0f objects/s\n",
-		nodes, len(all), conc, t1.Sub(t0).Round(time.Millisecond), float64(nodes+len(all))/t1.Sub(t0).Seconds())
+	fmt.Printf("  %d Node and %d Pod objects in %v: %.0f objects/s\n",
+		nodes, len(all), t1.Sub(t0).Round(time.Millisecond), float64(nodes+len(all))/t1.Sub(t0).Seconds())
 
 	for _, p := range []ipam.Pool{pool4, pool6} {
 		if _, err := c.st.CreatePool(ctx, store.Pool{Spec: p}); err != nil {
@@ -154,6 +152,37 @@ func (c *cluster) generate(ctx context.Context, nodes, perNode, conc int) error 
 	fmt.Printf("  %d node objects (%d dual-stack records, %d addresses) and %d claims written through the store in %v: %.0f nodes/s\n",
 		nodes, len(all), 2*len(all), 4*nodes, t2.Sub(t1).Round(time.Millisecond), float64(nodes)/t2.Sub(t1).Seconds())
 	return nil
+}
+
+// createThroughAPI creates the Node objects and perNode Pods bound to
+// each through the API, conc requests at a time, and returns the pods,
+// perNode per node in order.
+func (c *cluster) createThroughAPI(ctx context.Context, perNode, conc int) ([]pod, error) {
+	nodes := len(c.nodes)
+	if err := parallel(ctx, nodes, conc, func(i int) error {
+		_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.nodes[i]}}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create nodes: %w", err)
+	}
+	all := make([]pod, nodes*perNode)
+	var done atomic.Int64
+	t0 := time.Now()
+	if err := parallel(ctx, len(all), conc, func(i int) error {
+		node := c.nodes[i/perNode]
+		p, err := c.createPod(ctx, node, fmt.Sprintf("p-%s-%03d", node[len("node-"):], i%perNode))
+		if err != nil {
+			return err
+		}
+		all[i] = p
+		if n := done.Add(1); n%50000 == 0 {
+			fmt.Printf("  %d pods created (%v)\n", n, time.Since(t0).Round(time.Second))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("create pods: %w", err)
+	}
+	return all, nil
 }
 
 // nodeObject builds node's object as the allocator leaves it after its
@@ -207,8 +236,11 @@ func (c *cluster) createPod(ctx context.Context, node, name string) (pod, error)
 	if err != nil {
 		return pod{}, err
 	}
-	return pod{name: name, uid: string(obj.UID), handle: ipam.HandleID(network, "c-"+name, "eth0")}, nil
+	return pod{name: name, uid: string(obj.UID), handle: handleOf(name)}, nil
 }
+
+// handleOf is the handle of pod name's allocation.
+func handleOf(name string) string { return ipam.HandleID(network, "c-"+name, "eth0") }
 
 // deletePod deletes Pod name at once (grace period 0: no kubelet here).
 func (c *cluster) deletePod(ctx context.Context, name string) error {

@@ -5,8 +5,10 @@
 //
 // A real kube-apiserver (internal/kubetest: the cached build, deploy/'s
 // CRDs, RBAC and node-writes policy) with its etcd holds -nodes Node
-// objects and -pods Pods bound to each (created through the API, -conc
-// at a time), and the pods' allocations — one dual-stack record per pod,
+// objects and -pods Pods bound to each (written straight into its etcd as
+// the API server stores them, protobuf, then listed by it; with
+// -direct=false created through the API, -conc at a time), and the pods'
+// allocations — one dual-stack record per pod,
 // two blocks per family per node — written by a generator through the
 // store contract (datastore.Open, CreatePool, CreateClaim, CreateNode with
 // node objects built as the allocator builds them), never as raw objects.
@@ -51,7 +53,8 @@ var (
 	flagBin         = flag.String("bin", "bin", "directory holding ipkeeper, ipkeeper-kube, ipkeeper-agent and ipkeeper-controller (make build)")
 	flagNodes       = flag.Int("nodes", 500, "nodes of the big cluster (the issue's goal scale is 5000)")
 	flagPods        = flag.Int("pods", 110, "pods (dual-stack allocations) per node")
-	flagConc        = flag.Int("conc", 32, "concurrent API requests while generating")
+	flagConc        = flag.Int("conc", 32, "concurrent API requests (or etcd transactions) while generating")
+	flagDirect      = flag.Bool("direct", true, "write Node and Pod objects straight into the API server's etcd (false: create them through the API)")
 	flagChurn       = flag.Float64("churn", 10, "pod changes per second at steady state (a deletion or a creation each)")
 	flagDeleteNodes = flag.Int("delete-nodes", 2, "Node objects deleted during the steady state")
 	flagLeaks       = flag.Int("leaks", 20, "pods deleted without release during the steady state")

@@ -21,7 +21,11 @@ func report(b, small *result) {
 		fmt.Printf("; %d churn ticks skipped (32 changes in flight)", n)
 	}
 	fmt.Println()
-	fmt.Printf("generation: %v (Node and Pod objects through the API, allocations through the store)\n", b.gen.Round(time.Second))
+	how := "written into the API server's etcd"
+	if !*flagDirect {
+		how = "created through the API"
+	}
+	fmt.Printf("generation: %v (Node and Pod objects %s, allocations through the store)\n", b.gen.Round(time.Second), how)
 
 	rate := float64(b.changes) / b.window.Seconds()
 	byteGoal := 5e6 * max(rate, 1) / 10
@@ -71,13 +75,13 @@ func report(b, small *result) {
 		fmt.Println(g)
 	}
 
-	fmt.Printf("\ncontroller API requests in the window, by verb and resource (%.1f MB received, %.2f MB sent):\n",
+	fmt.Printf("\ncontroller API requests and bytes (both ways) in the window, by verb and resource (%.2f MB received, %.2f MB sent):\n",
 		float64(b.ctrl.bytesOut)/1e6, float64(b.ctrl.bytesIn)/1e6)
-	printKinds(b.ctrl.byKind)
+	printKinds(b.ctrl)
 	fmt.Printf("measured nodes' API requests over %d quiet ADDs (and the same time without):\n", b.quietAdds)
-	printKinds(b.quietReqs.byKind)
+	printKinds(b.quietReqs)
 	if n := b.idleReqs.requests(); n > 0 {
-		printKinds(b.idleReqs.byKind)
+		printKinds(b.idleReqs)
 	}
 	fmt.Printf("ADD during churn: %d ok, %d failed, p50 %s, p90 %s, max %s", b.adds.lat.N, b.adds.failed,
 		ms(p50), ms(b.adds.lat.Pct(90)), ms(b.adds.lat.Pct(100)))
@@ -99,14 +103,21 @@ func report(b, small *result) {
 	}
 }
 
-func printKinds(m map[string]int64) {
-	keys := make([]string, 0, len(m))
-	for k := range m {
+// printKinds prints t's requests and bytes by kind; a watch opened
+// before t's start shows its bytes with no request.
+func printKinds(t traffic) {
+	keys := make([]string, 0, len(t.byKind))
+	for k := range t.byKind {
 		keys = append(keys, k)
+	}
+	for k := range t.bytesByKind {
+		if _, ok := t.byKind[k]; !ok {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		fmt.Printf("    %-36s %d\n", k, m[k])
+		fmt.Printf("    %-36s %6d requests %10.3f MB\n", k, t.byKind[k], float64(t.bytesByKind[k])/1e6)
 	}
 }
 

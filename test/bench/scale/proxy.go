@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -36,17 +37,24 @@ type meterProxy struct {
 	// sends a bearer token only over TLS.
 	CAPEM []byte
 
-	srv      *http.Server
-	bytesIn  atomic.Int64 // request bodies, client to API server
-	bytesOut atomic.Int64 // response bodies, API server to client
-	mu       sync.Mutex
-	byKind   map[string]int64
+	srv   *http.Server
+	mu    sync.Mutex
+	kinds map[string]*kindCounter
 }
 
-// traffic is a snapshot of a meterProxy's counters.
+// kindCounter counts the requests of one kind and their bytes.
+type kindCounter struct {
+	requests atomic.Int64
+	bytesIn  atomic.Int64 // request bodies, client to API server
+	bytesOut atomic.Int64 // response bodies, API server to client
+}
+
+// traffic is a snapshot of a meterProxy's counters: in total, and by
+// kind (requests, and the bytes both ways).
 type traffic struct {
 	bytesIn, bytesOut int64
 	byKind            map[string]int64
+	bytesByKind       map[string]int64
 }
 
 // startProxy listens on a loopback port and forwards to the API server at
@@ -70,39 +78,55 @@ func startProxy(target, caFile string) (*meterProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &meterProxy{URL: "https://" + l.Addr().String(), CAPEM: certPEM, byKind: map[string]int64{}}
+	p := &meterProxy{URL: "https://" + l.Addr().String(), CAPEM: certPEM, kinds: map[string]*kindCounter{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1 // watch events pass at once
 	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true,
 		MaxIdleConnsPerHost: 100}
 	rp.ModifyResponse = func(resp *http.Response) error {
-		resp.Body = &countingBody{ReadCloser: resp.Body, n: &p.bytesOut}
+		if k, ok := resp.Request.Context().Value(kindKey{}).(*kindCounter); ok {
+			resp.Body = &countingBody{ReadCloser: resp.Body, n: &k.bytesOut}
+		}
 		return nil
 	}
 	p.srv = &http.Server{Protocols: protocols(), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.count(requestKind(r.Method, r.URL.Path, r.URL.Query().Get("watch")))
+		k := p.count(requestKind(r.Method, r.URL.Path, r.URL.Query().Get("watch")))
 		if r.Body != nil {
-			r.Body = &countingBody{ReadCloser: r.Body, n: &p.bytesIn}
+			r.Body = &countingBody{ReadCloser: r.Body, n: &k.bytesIn}
 		}
-		rp.ServeHTTP(w, r)
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), kindKey{}, k)))
 	})}
 	go func() { _ = p.srv.Serve(l) }()
 	return p, nil
 }
 
-func (p *meterProxy) count(kind string) {
+// kindKey carries a request's kindCounter to its response.
+type kindKey struct{}
+
+// count counts a request of kind and returns its kind's counter.
+func (p *meterProxy) count(kind string) *kindCounter {
 	p.mu.Lock()
-	p.byKind[kind]++
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	k, ok := p.kinds[kind]
+	if !ok {
+		k = &kindCounter{}
+		p.kinds[kind] = k
+	}
+	k.requests.Add(1)
+	return k
 }
 
 // snapshot returns the counters now.
 func (p *meterProxy) snapshot() traffic {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t := traffic{bytesIn: p.bytesIn.Load(), bytesOut: p.bytesOut.Load(), byKind: make(map[string]int64, len(p.byKind))}
-	for k, v := range p.byKind {
-		t.byKind[k] = v
+	t := traffic{byKind: make(map[string]int64, len(p.kinds)), bytesByKind: make(map[string]int64, len(p.kinds))}
+	for name, k := range p.kinds {
+		in, out := k.bytesIn.Load(), k.bytesOut.Load()
+		t.bytesIn += in
+		t.bytesOut += out
+		t.byKind[name] = k.requests.Load()
+		t.bytesByKind[name] = in + out
 	}
 	return t
 }
@@ -111,10 +135,16 @@ func (p *meterProxy) close() { _ = p.srv.Close() }
 
 // sub is the traffic between o and t.
 func (t traffic) sub(o traffic) traffic {
-	d := traffic{bytesIn: t.bytesIn - o.bytesIn, bytesOut: t.bytesOut - o.bytesOut, byKind: map[string]int64{}}
+	d := traffic{bytesIn: t.bytesIn - o.bytesIn, bytesOut: t.bytesOut - o.bytesOut, byKind: map[string]int64{}, bytesByKind: map[string]int64{}}
 	for k, v := range t.byKind {
 		if v -= o.byKind[k]; v != 0 {
 			d.byKind[k] = v
+		}
+	}
+	// A watch opened before o carries bytes but no request after it.
+	for k, v := range t.bytesByKind {
+		if v -= o.bytesByKind[k]; v != 0 {
+			d.bytesByKind[k] = v
 		}
 	}
 	return d

@@ -67,11 +67,16 @@ func TestProcStatusKB(t *testing.T) {
 }
 
 func TestTrafficSub(t *testing.T) {
-	a := traffic{bytesIn: 10, bytesOut: 100, byKind: map[string]int64{"LIST pods": 1, "PUT ipamnodes": 2}}
-	b := traffic{bytesIn: 15, bytesOut: 400, byKind: map[string]int64{"LIST pods": 1, "PUT ipamnodes": 5, "GET ipamnodes": 1}}
+	a := traffic{bytesIn: 10, bytesOut: 100, byKind: map[string]int64{"LIST pods": 1, "PUT ipamnodes": 2},
+		bytesByKind: map[string]int64{"WATCH pods": 50, "PUT ipamnodes": 60}}
+	b := traffic{bytesIn: 15, bytesOut: 400, byKind: map[string]int64{"LIST pods": 1, "PUT ipamnodes": 5, "GET ipamnodes": 1},
+		bytesByKind: map[string]int64{"WATCH pods": 250, "PUT ipamnodes": 60, "GET ipamnodes": 105}}
 	d := b.sub(a)
 	if d.bytesIn != 5 || d.bytesOut != 300 || d.requests() != 4 || d.byKind["PUT ipamnodes"] != 3 || d.byKind["GET ipamnodes"] != 1 {
 		t.Errorf("sub = %+v", d)
+	}
+	if d.bytesByKind["WATCH pods"] != 200 || d.bytesByKind["GET ipamnodes"] != 105 || len(d.bytesByKind) != 2 {
+		t.Errorf("sub's bytes by kind = %v, want WATCH pods 200 and GET ipamnodes 105", d.bytesByKind)
 	}
 	if _, ok := d.byKind["LIST pods"]; ok {
 		t.Errorf("an unchanged kind is listed: %v", d.byKind)
