@@ -63,15 +63,7 @@ func (n Node) loggedChanges(e *editLog) (NodeChange, error) {
 	if err := n.checkEdited(e, idx, touched); err != nil {
 		return NodeChange{}, err
 	}
-	if err := n.validateLoans(); err != nil {
-		return NodeChange{}, err
-	}
-	c.Head = s.parts.Head == "" || !slices.Equal(s.loans, n.Loans)
-	c.Blocks = slices.SortedFunc(mapKeys(touched), BlockRef.Compare)
-	slices.SortFunc(c.Removed, BlockRef.Compare)
-	slices.Sort(c.Records)
-	slices.Sort(c.Dropped)
-	return c, nil
+	return n.completeChange(c, s, touched)
 }
 
 // loggedBlocks indexes, by ref, the blocks n holds of those the edits of

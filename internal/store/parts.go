@@ -205,15 +205,7 @@ func FullChanges(n Node) (NodeChange, error) {
 	if err := n.checkBlocks(touched, c.Removed, idx); err != nil {
 		return NodeChange{}, err
 	}
-	if err := n.validateLoans(); err != nil {
-		return NodeChange{}, err
-	}
-	c.Head = s.parts.Head == "" || !slices.Equal(s.loans, n.Loans)
-	c.Blocks = slices.SortedFunc(mapKeys(touched), BlockRef.Compare)
-	slices.SortFunc(c.Removed, BlockRef.Compare)
-	slices.Sort(c.Records)
-	slices.Sort(c.Dropped)
-	return c, nil
+	return n.completeChange(c, s, touched)
 }
 
 // blockIndex indexes n's blocks by ref, refusing one held twice.
@@ -455,4 +447,19 @@ func (n Node) Normalized() Node {
 		return cmp.Or(strings.Compare(a.Handle, b.Handle), strings.Compare(a.Lender, b.Lender))
 	})
 	return n
+}
+
+// completeChange checks n's loans and completes c, the change of n
+// against s that touches the blocks touched: the head when the loans
+// changed (or were never stored), every list sorted.
+func (n Node) completeChange(c NodeChange, s *stored, touched map[BlockRef]bool) (NodeChange, error) {
+	if err := n.validateLoans(); err != nil {
+		return NodeChange{}, err
+	}
+	c.Head = s.parts.Head == "" || !slices.Equal(s.loans, n.Loans)
+	c.Blocks = slices.SortedFunc(mapKeys(touched), BlockRef.Compare)
+	slices.SortFunc(c.Removed, BlockRef.Compare)
+	slices.Sort(c.Records)
+	slices.Sort(c.Dropped)
+	return c, nil
 }
