@@ -122,6 +122,10 @@ type viewStore struct {
 	view *poolView
 }
 
+// PoolsInMemory reports whether the view answers for the pools (the
+// allocator then reads them one by one from it, with no list first).
+func (s viewStore) PoolsInMemory() bool { return s.view.answers() }
+
 // GetPoolCached answers from the view, else reads the API.
 func (s viewStore) GetPoolCached(ctx context.Context, name string) (store.Pool, error) {
 	if p, err := s.view.pool(name); err == nil {

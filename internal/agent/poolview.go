@@ -168,6 +168,13 @@ func (v *poolView) current() bool {
 	return len(v.bad) == 0
 }
 
+// answers reports whether the view is current (see current).
+func (v *poolView) answers() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.current()
+}
+
 // errNotInView is pool's answer when the view cannot answer: the caller
 // reads the API.
 var errNotInView = errors.New("not in the agent's view of the pools")

@@ -207,13 +207,15 @@ func TestAgentWarmADDIsOneRequest(t *testing.T) {
 	c := startCNIAgent(t, "onereq")
 	st := adminStore(t, c.prefix)
 	createPool(t, st, "onereq-v4", "10.82.0.0/24")
-	c.mustAdd("w1", "onereq-v4")
+	createPool(t, st, "onereq-v4b", "10.82.1.0/24") // two named pools: no list of them either
+	c.mustAdd("w1", "onereq-v4", "onereq-v4b")
 	c.waitView("onereq-v4", func(store.Pool) bool { return true })
-	c.mustAdd("w2", "onereq-v4")
+	c.waitView("onereq-v4b", func(store.Pool) bool { return true })
+	c.mustAdd("w2", "onereq-v4", "onereq-v4b")
 	c.count.take()
 	const adds = 5
 	for i := range adds {
-		c.mustAdd("n"+string(rune('a'+i)), "onereq-v4")
+		c.mustAdd("n"+string(rune('a'+i)), "onereq-v4", "onereq-v4b")
 	}
 	reqs := c.count.take()
 	for _, r := range reqs {

@@ -350,10 +350,20 @@ func (a *Allocator) poolMaybeStale(ctx context.Context, name string) (ipam.Pool,
 	return a.Pool(ctx, name)
 }
 
+// poolsInMemory is a store that answers the pool reads of allocations
+// (GetPoolCached) from memory while PoolsInMemory reports true (the
+// agent's watch of its pools): a list of them would save no request.
+type poolsInMemory interface {
+	PoolsInMemory() bool
+}
+
 // prefetchPools reads every pool in one list when more than one of names
 // is not cached: a cold dual-stack ADD then pays one request for its
 // pools instead of one per pool.
 func (a *Allocator) prefetchPools(ctx context.Context, names []string) error {
+	if m, ok := a.store.(poolsInMemory); ok && m.PoolsInMemory() {
+		return nil
+	}
 	missing := 0
 	for _, n := range names {
 		if _, ok := a.freshPool(n); !ok {
