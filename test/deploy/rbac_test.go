@@ -72,10 +72,24 @@ var datastoreGrants = []string{
 	"ipamreservations.ipkeeper.io [] [get list watch]",
 }
 
+// controllerStoreGrants is what the controller may do on the CRDs: the
+// datastore's requests and, from its own ClusterRole
+// (deploy/rbac-controller.yaml), a watch of the blocks, node heads and
+// pools its view of the datastore follows.
+var controllerStoreGrants = []string{
+	"ipamblocks.ipkeeper.io [] [create delete get list patch update watch]",
+	"ipamnodes.ipkeeper.io [] [create delete get list update watch]",
+	"ipampools.ipkeeper.io [] [create delete get list update watch]",
+	"ipamreservations.ipkeeper.io [] [get list watch]",
+}
+
 func init() {
 	for i, g := range grants {
-		if g.account == "ipkeeper-node" || g.account == "ipkeeper-controller" {
+		switch g.account {
+		case "ipkeeper-node":
 			grants[i].rows = append(grants[i].rows, datastoreGrants...)
+		case "ipkeeper-controller":
+			grants[i].rows = append(grants[i].rows, controllerStoreGrants...)
 		}
 	}
 }
@@ -114,10 +128,19 @@ func canIList(t *testing.T, s *kubetest.Server, user, namespace string) []string
 			rows = append(rows, f[0]+" "+f[1]+" "+f[2])
 			continue
 		}
-		rows = append(rows, f[0]+" "+f[2]+" "+f[3])
+		rows = append(rows, f[0]+" "+f[2]+" "+sortedVerbs(f[3]))
 	}
 	sort.Strings(rows)
 	return rows
+}
+
+// sortedVerbs returns a can-i verb list ("[watch get list]") sorted
+// ("[get list watch]"): kubectl prints a resource's verbs in the order
+// its rules grant them.
+func sortedVerbs(list string) string {
+	verbs := strings.Fields(strings.Trim(list, "[]"))
+	sort.Strings(verbs)
+	return "[" + strings.Join(verbs, " ") + "]"
 }
 
 // splitColumns splits a can-i row into its fields; bracketed lists stay
