@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -142,30 +141,7 @@ func TestPassLoansViewNotSynced(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := r.storeState()
-
-		r.proxy.Refuse(true)
-		r.proxy.Cut()
-		r.waitView(false)
-		if err := r.pass(t0.Add(grace)); !errors.Is(err, ErrStoreNotSynced) {
-			t.Fatalf("pass with a failed watch: %v, want ErrStoreNotSynced", err)
-		}
-		r.proxy.Refuse(false)
-		r.waitView(true)
-		r.c.afterObserve = func() {
-			r.proxy.Refuse(true)
-			r.proxy.Cut()
-			r.waitView(false)
-		}
-		if err := r.pass(t0.Add(2 * grace)); err != nil {
-			t.Fatalf("pass whose view failed after it read it: %v", err)
-		}
-		r.c.afterObserve = nil
-		if after := r.storeState(); !maps.Equal(before, after) {
-			t.Fatalf("a pass on a view not synced changed the store:\n%v\n->\n%v", before, after)
-		}
-
-		r.proxy.Refuse(false)
-		r.waitView(true)
+		r.passesOnFailedView(t0.Add(grace), t0.Add(2*grace), before)
 		if err := r.pass(t0.Add(3 * grace)); err != nil {
 			t.Fatal(err)
 		}

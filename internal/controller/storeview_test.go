@@ -169,6 +169,39 @@ func (r *viewRig) waitHolds(node, container string) {
 	}, "the store view holding "+container)
 }
 
+// passesOnFailedView cuts the view off its datastore and runs a pass at
+// first (it fails with ErrStoreNotSynced), lets the view resume and runs
+// one at second whose view fails right after the pass read it; neither
+// may change the store from before. The view is synced again on return.
+func (r *viewRig) passesOnFailedView(first, second time.Time, before map[string]store.Version) {
+	r.t.Helper()
+	r.proxy.Refuse(true)
+	r.proxy.Cut()
+	r.waitView(false)
+	if err := r.pass(first); !errors.Is(err, ErrStoreNotSynced) {
+		r.t.Fatalf("pass with a failed watch: %v, want ErrStoreNotSynced", err)
+	}
+	if after := r.storeState(); !maps.Equal(before, after) {
+		r.t.Fatalf("a pass on a failed watch changed the store:\n%v\n->\n%v", before, after)
+	}
+	r.proxy.Refuse(false)
+	r.waitView(true)
+	r.c.afterObserve = func() {
+		r.proxy.Refuse(true)
+		r.proxy.Cut()
+		r.waitView(false)
+	}
+	if err := r.pass(second); err != nil {
+		r.t.Fatalf("pass whose view failed after it read it: %v", err)
+	}
+	r.c.afterObserve = nil
+	if after := r.storeState(); !maps.Equal(before, after) {
+		r.t.Fatalf("a pass whose view failed after it read it changed the store:\n%v\n->\n%v", before, after)
+	}
+	r.proxy.Refuse(false)
+	r.waitView(true)
+}
+
 // forViews runs test for each watched datastore and address family.
 func forViews(t *testing.T, test func(t *testing.T, ds string, f family)) {
 	for _, ds := range viewBackends {
@@ -244,31 +277,7 @@ func TestPassStoreViewWatchFailed(t *testing.T) {
 		}
 		before := r.storeState()
 
-		r.proxy.Refuse(true)
-		r.proxy.Cut()
-		r.waitView(false)
-		if err := r.pass(t0.Add(2 * grace)); !errors.Is(err, ErrStoreNotSynced) {
-			t.Fatalf("pass with a failed watch: %v, want ErrStoreNotSynced", err)
-		}
-		if after := r.storeState(); !maps.Equal(before, after) {
-			t.Fatalf("a pass on a failed watch changed the store:\n%v\n->\n%v", before, after)
-		}
-
-		r.proxy.Refuse(false)
-		r.waitView(true)
-		r.c.afterObserve = func() {
-			r.proxy.Refuse(true)
-			r.proxy.Cut()
-			r.waitView(false)
-		}
-		if err := r.pass(t0.Add(3 * grace)); err != nil {
-			t.Fatalf("pass whose view failed after it read it: %v", err)
-		}
-		r.c.afterObserve = nil
-		if after := r.storeState(); !maps.Equal(before, after) {
-			t.Fatalf("a pass whose view failed after it read it changed the store:\n%v\n->\n%v", before, after)
-		}
-
+		r.passesOnFailedView(t0.Add(2*grace), t0.Add(3*grace), before)
 		r.proxy.Refuse(false)
 		r.waitView(true)
 		if err := r.pass(t0.Add(4 * grace)); err != nil {
