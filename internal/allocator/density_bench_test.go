@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked"
 	"github.com/ipkeeper/ipkeeper/internal/store/kvbacked/kvbackedtest"
+	"github.com/ipkeeper/ipkeeper/test/bench/latency"
 )
 
 // BenchmarkAllocateDensity measures one allocator's dual-stack ADD and the
@@ -39,19 +39,7 @@ func benchAllocateDensity(b *testing.B, kvb kvbackedtest.KVBackend, pods int) {
 	s := kvbacked.New(kvb.Open(b))
 	defer s.Close()
 	a := allocator.New(s, nil)
-	for _, p := range []ipam.Pool{
-		{Name: "v4", CIDR: netip.MustParsePrefix("10.8.0.0/16"), BlockSize: 26},
-		{Name: "v6", CIDR: netip.MustParsePrefix("fd00:8::/112"), BlockSize: 122},
-	} {
-		if _, err := a.EnsurePool(ctx, p); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range pods {
-		if _, err := a.Allocate(ctx, podRequest("node-a", fmt.Sprintf("resident-%d", i), "v4", "v6")); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillNode(b, a, pods)
 	var adds, dels []time.Duration
 	cpu0 := cpuTime()
 	i := 0
@@ -70,14 +58,34 @@ func benchAllocateDensity(b *testing.B, kvb kvbackedtest.KVBackend, pods int) {
 		adds, dels = append(adds, mid.Sub(start)), append(dels, time.Since(mid))
 	}
 	cpu := cpuTime() - cpu0
-	b.ReportMetric(median(adds), "add-p50-ms")
-	b.ReportMetric(median(dels), "del-p50-ms")
+	b.ReportMetric(p50(adds), "add-p50-ms")
+	b.ReportMetric(p50(dels), "del-p50-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(adds)), "cpu-ms/add+del")
 }
 
-func median(ds []time.Duration) float64 {
-	s := slices.Sorted(slices.Values(ds))
-	return float64(s[len(s)/2].Microseconds()) / 1000
+// fillNode defines the dual-stack pools v4 and v6 and gives node-a pods
+// dual-stack pods.
+func fillNode(b *testing.B, a *allocator.Allocator, pods int) {
+	b.Helper()
+	ctx := context.Background()
+	for _, p := range []ipam.Pool{
+		{Name: "v4", CIDR: netip.MustParsePrefix("10.8.0.0/16"), BlockSize: 26},
+		{Name: "v6", CIDR: netip.MustParsePrefix("fd00:8::/112"), BlockSize: 122},
+	} {
+		if _, err := a.EnsurePool(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range pods {
+		if _, err := a.Allocate(ctx, podRequest("node-a", fmt.Sprintf("resident-%d", i), "v4", "v6")); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// p50 is the median of ds in milliseconds.
+func p50(ds []time.Duration) float64 {
+	return float64(latency.Percentile(ds, 50).Microseconds()) / 1000
 }
 
 // cpuTime is the process's CPU time so far, user and system.

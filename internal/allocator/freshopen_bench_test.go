@@ -3,7 +3,6 @@ package allocator_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/ipkeeper/ipkeeper/internal/allocator"
 	"github.com/ipkeeper/ipkeeper/internal/config"
 	"github.com/ipkeeper/ipkeeper/internal/datastore"
-	"github.com/ipkeeper/ipkeeper/internal/ipam"
 	"github.com/ipkeeper/ipkeeper/internal/store/etcd/etcdtest"
 )
 
@@ -62,19 +60,7 @@ func benchFreshOpenAdd(b *testing.B, backend string, pods int) {
 		return a, func() { _ = s.Close() }
 	}
 	a, closeStore := open()
-	for _, p := range []ipam.Pool{
-		{Name: "v4", CIDR: netip.MustParsePrefix("10.8.0.0/16"), BlockSize: 26},
-		{Name: "v6", CIDR: netip.MustParsePrefix("fd00:8::/112"), BlockSize: 122},
-	} {
-		if _, err := a.EnsurePool(ctx, p); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range pods {
-		if _, err := a.Allocate(ctx, podRequest("node-a", fmt.Sprintf("resident-%d", i), "v4", "v6")); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillNode(b, a, pods)
 	closeStore()
 	var adds []time.Duration
 	var cpu time.Duration
@@ -98,6 +84,6 @@ func benchFreshOpenAdd(b *testing.B, backend string, pods int) {
 		closeStore()
 		b.StartTimer()
 	}
-	b.ReportMetric(median(adds), "add-p50-ms")
+	b.ReportMetric(p50(adds), "add-p50-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(adds)), "cpu-ms/add")
 }
